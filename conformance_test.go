@@ -1,0 +1,464 @@
+package inbox_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/require"
+
+	"github.com/watermill-inbox/inbox"
+)
+
+// The conformance suite: every store passes the same cases, on its real database.
+
+// storeFlavour is one store implementation under the suite.
+type storeFlavour struct {
+	name string
+	// open returns a fixture on tables of its own, dropped when the test ends.
+	open func(t *testing.T, opts storeOpts) fixture
+	// missing returns a store whose table does not exist.
+	missing func(t *testing.T) inbox.Store
+}
+
+type storeOpts struct {
+	lockTimeout time.Duration
+}
+
+type fixture struct {
+	store  inbox.Store
+	ledger ledger
+	// begin begins a transaction of the store's own type, for the joined case; end
+	// commits or rolls it back.
+	begin func(t *testing.T) (tx any, end func(commit bool) error)
+}
+
+// ledger is a table of credits that handlers write through the inbox transaction.
+type ledger interface {
+	credit(ctx context.Context, amount int) error
+	balance(t testing.TB) (total, credits int)
+}
+
+func pgxFlavour() storeFlavour {
+	return storeFlavour{
+		name: "pgx",
+		open: func(t *testing.T, opts storeOpts) fixture {
+			pool := pgPool(t)
+			return fixture{
+				store:  newPgxStore(t, pool, inbox.PostgresConfig{LockTimeout: opts.lockTimeout}),
+				ledger: newPgLedger(t, pool),
+				begin: func(t *testing.T) (any, func(bool) error) {
+					tx, err := pool.Begin(context.Background())
+					require.NoError(t, err)
+					return tx, func(commit bool) error {
+						if commit {
+							return tx.Commit(context.Background())
+						}
+						return tx.Rollback(context.Background())
+					}
+				},
+			}
+		},
+		missing: func(t *testing.T) inbox.Store {
+			store, err := inbox.NewPostgresStore(pgPool(t), inbox.PostgresConfig{Table: tableName("missing")})
+			require.NoError(t, err)
+			return store
+		},
+	}
+}
+
+func TestStoreConformance(t *testing.T) {
+	t.Parallel()
+	for _, f := range storeFlavours() {
+		t.Run(f.name, func(t *testing.T) {
+			t.Parallel()
+			exerciseStore(t, f)
+		})
+	}
+}
+
+// newTestInbox returns an Inbox over fx's store, for a consumer named in tests.
+func newTestInbox(t *testing.T, store inbox.Store, cfg inbox.Config) *inbox.Inbox {
+	t.Helper()
+	cfg.Store = store
+	if cfg.Consumer == "" {
+		cfg.Consumer = "billing"
+	}
+	ib, err := inbox.New(cfg)
+	require.NoError(t, err)
+	return ib
+}
+
+// creditOnce processes key for consumer with a handler that credits amount.
+func creditOnce(ctx context.Context, ib *inbox.Inbox, l ledger, consumer, key string, amount int) (bool, error) {
+	return ib.Process(ctx, consumer, key, func(ctx context.Context) error { return l.credit(ctx, amount) })
+}
+
+// exerciseStore runs the conformance suite against one store flavour.
+func exerciseStore(t *testing.T, f storeFlavour) {
+	ctx := context.Background()
+
+	setup := func(t *testing.T) (fixture, *inbox.Inbox) {
+		t.Parallel()
+		fx := f.open(t, storeOpts{})
+		return fx, newTestInbox(t, fx.store, inbox.Config{})
+	}
+
+	t.Run("FirstDeliveryThenDuplicate", func(t *testing.T) {
+		fx, ib := setup(t)
+		dup, err := creditOnce(ctx, ib, fx.ledger, "billing", "order-1", 190)
+		require.NoError(t, err)
+		require.False(t, dup)
+		calls := 0
+		dup, err = ib.Process(ctx, "billing", "order-1", func(context.Context) error { calls++; return nil })
+		require.NoError(t, err)
+		require.True(t, dup)
+		require.Zero(t, calls, "a duplicate must not reach the handler")
+		total, credits := fx.ledger.balance(t)
+		require.Equal(t, [2]int{190, 1}, [2]int{total, credits})
+	})
+
+	t.Run("ErrorRollsBackKeyAndWrites", func(t *testing.T) {
+		fx, ib := setup(t)
+		boom := errors.New("provider timed out")
+		dup, err := ib.Process(ctx, "billing", "order-2", func(ctx context.Context) error {
+			require.NoError(t, fx.ledger.credit(ctx, 190))
+			return boom
+		})
+		require.ErrorIs(t, err, boom)
+		require.False(t, dup)
+		total, _ := fx.ledger.balance(t)
+		require.Zero(t, total, "a failed handler's writes must roll back")
+
+		dup, err = creditOnce(ctx, ib, fx.ledger, "billing", "order-2", 190)
+		require.NoError(t, err)
+		require.False(t, dup, "the redelivery of a failed message must be processed")
+		total, _ = fx.ledger.balance(t)
+		require.Equal(t, 190, total)
+	})
+
+	t.Run("PanicRollsBackKeyAndWrites", func(t *testing.T) {
+		fx, ib := setup(t)
+		func() {
+			defer func() { require.Equal(t, "handler bug", recover()) }()
+			_, _ = ib.Process(ctx, "billing", "order-3", func(ctx context.Context) error {
+				require.NoError(t, fx.ledger.credit(ctx, 190))
+				panic("handler bug")
+			})
+		}()
+		total, _ := fx.ledger.balance(t)
+		require.Zero(t, total)
+		dup, err := creditOnce(ctx, ib, fx.ledger, "billing", "order-3", 190)
+		require.NoError(t, err)
+		require.False(t, dup)
+	})
+
+	t.Run("KeysArePerConsumer", func(t *testing.T) {
+		fx, ib := setup(t)
+		for _, consumer := range []string{"billing", "notifications", "billing"} {
+			_, err := creditOnce(ctx, ib, fx.ledger, consumer, "order-4", 1)
+			require.NoError(t, err)
+		}
+		total, _ := fx.ledger.balance(t)
+		require.Equal(t, 2, total, "each consumer processes the message once")
+	})
+
+	for _, firstCommits := range []bool{true, false} {
+		name := "ConcurrentDuplicateWaitsThenSkips"
+		if !firstCommits {
+			name = "ConcurrentDuplicateWaitsThenProcesses"
+		}
+		t.Run(name, func(t *testing.T) {
+			fx, ib := setup(t)
+			inHandler, release := make(chan struct{}), make(chan struct{})
+			first := make(chan error, 1)
+			go func() {
+				_, err := ib.Process(ctx, "billing", "order-5", func(ctx context.Context) error {
+					if err := fx.ledger.credit(ctx, 190); err != nil {
+						return err
+					}
+					close(inHandler)
+					<-release
+					if !firstCommits {
+						return errors.New("first delivery fails")
+					}
+					return nil
+				})
+				first <- err
+			}()
+			<-inHandler
+
+			type verdict struct {
+				dup bool
+				err error
+			}
+			second := make(chan verdict, 1)
+			go func() {
+				dup, err := creditOnce(ctx, ib, fx.ledger, "billing", "order-5", 190)
+				second <- verdict{dup, err}
+			}()
+			select {
+			case v := <-second:
+				t.Fatalf("the second delivery must wait for the first's transaction, got %+v", v)
+			case <-time.After(300 * time.Millisecond):
+			}
+			close(release)
+			err := <-first
+			v := <-second
+			require.NoError(t, v.err)
+			if firstCommits {
+				require.NoError(t, err)
+				require.True(t, v.dup, "the first committed: the second is a duplicate")
+			} else {
+				require.Error(t, err)
+				require.False(t, v.dup, "the first rolled back: the second processes")
+			}
+			total, credits := fx.ledger.balance(t)
+			require.Equal(t, [2]int{190, 1}, [2]int{total, credits})
+		})
+	}
+
+	t.Run("ThreeWayRaceAppliesOnce", func(t *testing.T) {
+		fx, ib := setup(t)
+		inHandler, release := make(chan struct{}), make(chan struct{})
+		first := make(chan error, 1)
+		go func() {
+			_, err := ib.Process(ctx, "billing", "order-6", func(ctx context.Context) error {
+				close(inHandler)
+				<-release
+				return errors.New("first delivery fails")
+			})
+			first <- err
+		}()
+		<-inHandler
+		var wg sync.WaitGroup
+		errs := make([]error, 2)
+		for i := range errs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, errs[i] = creditOnce(ctx, ib, fx.ledger, "billing", "order-6", 190)
+			}()
+		}
+		time.Sleep(300 * time.Millisecond)
+		close(release)
+		require.Error(t, <-first)
+		wg.Wait()
+		// InnoDB may answer one waiter with a deadlock: retryable, never a silent ack.
+		for _, err := range errs {
+			if err != nil {
+				require.ErrorIs(t, err, inbox.ErrContended)
+				_, err = creditOnce(ctx, ib, fx.ledger, "billing", "order-6", 190)
+				require.NoError(t, err)
+			}
+		}
+		total, credits := fx.ledger.balance(t)
+		require.Equal(t, [2]int{190, 1}, [2]int{total, credits})
+	})
+
+	t.Run("StoredOutputIsReplayed", func(t *testing.T) {
+		fx, ib := setup(t)
+		handler := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+			if err := fx.ledger.credit(msg.Context(), 190); err != nil {
+				return nil, err
+			}
+			out := message.NewMessage("cashback-1", []byte(`{"amount":"1.90"}`))
+			out.Metadata.Set("type", "CashbackCredited")
+			return []*message.Message{out, message.NewMessage("receipt-1", []byte{0, 1, 2})}, nil
+		})
+		first, err := handler(message.NewMessage("order-7", []byte(`{}`)))
+		require.NoError(t, err)
+		again, err := handler(message.NewMessage("order-7", []byte(`{}`)))
+		require.NoError(t, err)
+		require.Len(t, again, 2)
+		for i := range first {
+			require.Equal(t, first[i].UUID, again[i].UUID)
+			require.Equal(t, first[i].Payload, again[i].Payload)
+			require.Equal(t, first[i].Metadata, again[i].Metadata)
+		}
+		total, _ := fx.ledger.balance(t)
+		require.Equal(t, 190, total)
+	})
+
+	t.Run("LongKeys", func(t *testing.T) {
+		fx, ib := setup(t)
+		long := strings.Repeat("k", 10_000)
+		for _, key := range []string{long, long, long + "x", strings.Repeat("é", 200), "a\x00b", "\xff\xfe"} {
+			_, err := creditOnce(ctx, ib, fx.ledger, "billing", key, 1)
+			require.NoError(t, err)
+		}
+		total, _ := fx.ledger.balance(t)
+		require.Equal(t, 5, total)
+	})
+
+	t.Run("KeysCompareAsBytes", func(t *testing.T) {
+		fx, ib := setup(t)
+		for _, key := range []string{"Order-8", "order-8", "order-8 ", "order-8  ", "ORDER-8"} {
+			dup, err := creditOnce(ctx, ib, fx.ledger, "billing", key, 1)
+			require.NoError(t, err)
+			require.False(t, dup, "key %q", key)
+		}
+		total, _ := fx.ledger.balance(t)
+		require.Equal(t, 5, total)
+	})
+
+	t.Run("FingerprintIsStored", func(t *testing.T) {
+		fx, _ := setup(t)
+		rec := inbox.Record{Consumer: "billing", Key: "order-9", Fingerprint: []byte("fp-1")}
+		claim, err := fx.store.Claim(ctx, rec)
+		require.NoError(t, err)
+		require.False(t, claim.Duplicate)
+		require.NoError(t, claim.Tx.Commit(ctx, []byte(`[]`)))
+		claim, err = fx.store.Claim(ctx, rec)
+		require.NoError(t, err)
+		require.True(t, claim.Duplicate)
+		require.Nil(t, claim.Tx)
+		require.Equal(t, []byte("fp-1"), claim.Fingerprint)
+		require.Equal(t, []byte(`[]`), claim.Output)
+	})
+
+	t.Run("JoinsTransactionFromContext", func(t *testing.T) {
+		fx, ib := setup(t)
+		for _, commit := range []bool{false, true} {
+			tx, end := fx.begin(t)
+			txCtx := inbox.ContextWithTx(ctx, tx)
+			dup, err := creditOnce(txCtx, ib, fx.ledger, "billing", "order-10", 190)
+			require.NoError(t, err)
+			require.False(t, dup, "the key is new until a joined transaction commits")
+			require.NoError(t, end(commit))
+		}
+		dup, err := creditOnce(ctx, ib, fx.ledger, "billing", "order-10", 190)
+		require.NoError(t, err)
+		require.True(t, dup)
+		total, _ := fx.ledger.balance(t)
+		require.Equal(t, 190, total)
+	})
+
+	t.Run("HandlerEndingTheTxIsAnError", func(t *testing.T) {
+		fx, ib := setup(t)
+		_, err := ib.Process(ctx, "billing", "order-11", func(ctx context.Context) error {
+			return endTx(t, ctx)
+		})
+		require.ErrorIs(t, err, inbox.ErrTxDone)
+		// The handler's commit took the key with it: the redelivery is a duplicate.
+		dup, err := creditOnce(ctx, ib, fx.ledger, "billing", "order-11", 190)
+		require.NoError(t, err)
+		require.True(t, dup)
+	})
+
+	t.Run("CancelledContextRollsBack", func(t *testing.T) {
+		fx, ib := setup(t)
+		cctx, cancel := context.WithCancel(ctx)
+		_, err := ib.Process(cctx, "billing", "order-12", func(txCtx context.Context) error {
+			require.NoError(t, fx.ledger.credit(txCtx, 190))
+			cancel()
+			return nil
+		})
+		require.Error(t, err)
+		total, _ := fx.ledger.balance(t)
+		require.Zero(t, total, "nothing half-written")
+		dup, err := creditOnce(ctx, ib, fx.ledger, "billing", "order-12", 190)
+		require.NoError(t, err)
+		require.False(t, dup)
+	})
+
+	t.Run("LockTimeoutBoundsTheWait", func(t *testing.T) {
+		t.Parallel()
+		fx := f.open(t, storeOpts{lockTimeout: 500 * time.Millisecond})
+		ib := newTestInbox(t, fx.store, inbox.Config{})
+		inHandler, release := make(chan struct{}), make(chan struct{})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_, _ = ib.Process(ctx, "billing", "order-13", func(context.Context) error {
+				close(inHandler)
+				<-release
+				return nil
+			})
+		}()
+		<-inHandler
+		start := time.Now()
+		_, err := creditOnce(ctx, ib, fx.ledger, "billing", "order-13", 190)
+		waited := time.Since(start)
+		close(release)
+		<-done
+		require.ErrorIs(t, err, inbox.ErrContended)
+		require.Less(t, waited, 5*time.Second, "the wait is bounded")
+		total, _ := fx.ledger.balance(t)
+		require.Zero(t, total)
+	})
+
+	t.Run("AttemptsCountCrashes", func(t *testing.T) {
+		fx, _ := setup(t)
+		for want := range 3 {
+			unfinished, err := fx.store.StartAttempt(ctx, "billing", "order-14")
+			require.NoError(t, err)
+			require.Equal(t, want, unfinished)
+		}
+		require.NoError(t, fx.store.EndAttempt(ctx, "billing", "order-14"))
+		unfinished, err := fx.store.StartAttempt(ctx, "billing", "order-14")
+		require.NoError(t, err)
+		require.Equal(t, 2, unfinished, "3 started, 1 ended cleanly")
+	})
+
+	t.Run("ForgetMakesTheKeyNewAgain", func(t *testing.T) {
+		fx, ib := setup(t)
+		_, err := creditOnce(ctx, ib, fx.ledger, "billing", "order-15", 1)
+		require.NoError(t, err)
+		found, err := fx.store.Forget(ctx, "billing", "order-15")
+		require.NoError(t, err)
+		require.True(t, found)
+		found, err = fx.store.Forget(ctx, "billing", "order-15")
+		require.NoError(t, err)
+		require.False(t, found)
+		dup, err := creditOnce(ctx, ib, fx.ledger, "billing", "order-15", 1)
+		require.NoError(t, err)
+		require.False(t, dup)
+	})
+
+	t.Run("PurgeBatchAndStats", func(t *testing.T) {
+		fx, ib := setup(t)
+		for i := range 5 {
+			_, err := creditOnce(ctx, ib, fx.ledger, "billing", fmt.Sprint("order-16-", i), 1)
+			require.NoError(t, err)
+		}
+		_, err := creditOnce(ctx, ib, fx.ledger, "notifications", "order-16-0", 1)
+		require.NoError(t, err)
+		stats, err := fx.store.Stats(ctx)
+		require.NoError(t, err)
+		require.Len(t, stats, 2)
+		require.Equal(t, "billing", stats[0].Consumer)
+		require.EqualValues(t, 5, stats[0].Keys)
+		require.WithinDuration(t, time.Now(), stats[0].Oldest, time.Minute)
+
+		n, err := fx.store.PurgeBatch(ctx, time.Now().Add(-time.Hour), 100)
+		require.NoError(t, err)
+		require.Zero(t, n, "nothing is older than an hour")
+		var purged int64
+		for {
+			n, err := fx.store.PurgeBatch(ctx, time.Now().Add(time.Minute), 4)
+			require.NoError(t, err)
+			require.LessOrEqual(t, n, int64(4))
+			if n == 0 {
+				break
+			}
+			purged += n
+		}
+		require.EqualValues(t, 6, purged)
+		dup, err := creditOnce(ctx, ib, fx.ledger, "billing", "order-16-0", 1)
+		require.NoError(t, err)
+		require.False(t, dup, "a purged key is new again")
+	})
+
+	t.Run("MissingTableFailsNew", func(t *testing.T) {
+		t.Parallel()
+		_, err := inbox.New(inbox.Config{Store: f.missing(t), Consumer: "billing"})
+		require.ErrorIs(t, err, inbox.ErrNoTable)
+		require.Contains(t, err.Error(), "schema")
+	})
+}

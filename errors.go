@@ -1,0 +1,43 @@
+package inbox
+
+import "errors"
+
+// Errors the inbox returns, always wrapped with the message UUID or the store call that failed.
+// Match them with errors.Is.
+var (
+	// ErrNoKey means no inbox key could be derived from a message. The message was not
+	// processed: a message is never handled without deduplication. Fix the producer, or
+	// choose a KeyFunc that finds the key (see FirstOf), or route such messages to a
+	// poison queue (middleware.PoisonQueueWithFilter).
+	ErrNoKey = errors.New("no inbox key")
+
+	// ErrNoConsumer means no consumer name was known for a message: Config.Consumer is
+	// empty and the message was not routed by a Watermill Router (which names the handler).
+	ErrNoConsumer = errors.New("no inbox consumer name")
+
+	// ErrDuplicate is returned for a duplicate when Config.OnDuplicate (or OnMismatch) is
+	// Fail. The handler was not called.
+	ErrDuplicate = errors.New("duplicate message")
+
+	// ErrFingerprintMismatch marks a duplicate whose fingerprint differs from the one stored
+	// with its key: the same key on a different message, a producer bug or a key collision.
+	// It is returned, wrapped together with ErrDuplicate, when Config.OnMismatch is Fail.
+	ErrFingerprintMismatch = errors.New("same inbox key, different message")
+
+	// ErrContended means the key could not be claimed because another transaction held it
+	// and the database gave up waiting (lock wait timeout, deadlock, serialization failure).
+	// Nothing was processed and nothing was marked: retry the message (nack it).
+	ErrContended = errors.New("inbox key contended, retry")
+
+	// ErrTooManyAttempts means the message has started Config.MaxAttempts times without
+	// committing or failing cleanly: its handler probably crashes the process. Route it with
+	// Watermill's middleware.PoisonQueue.
+	ErrTooManyAttempts = errors.New("too many attempts without a commit")
+
+	// ErrTxDone means the handler committed or rolled back the inbox transaction itself.
+	// Only the middleware may end it: a handler returns an error to roll back.
+	ErrTxDone = errors.New("the handler ended the inbox transaction")
+
+	// ErrNoTable means the inbox table does not exist or lacks a column the store needs.
+	ErrNoTable = errors.New("inbox table missing")
+)

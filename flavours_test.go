@@ -1,0 +1,29 @@
+package inbox_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/watermill-inbox/inbox"
+)
+
+// storeFlavours lists every store the conformance suite runs against.
+func storeFlavours() []storeFlavour {
+	return []storeFlavour{pgxFlavour()}
+}
+
+// endTx commits the inbox transaction in ctx behind the middleware's back, as a handler
+// must not.
+func endTx(t *testing.T, ctx context.Context) error {
+	if tx, ok := inbox.TxFromContext[pgx.Tx](ctx); ok {
+		return tx.Commit(ctx)
+	}
+	if tx, ok := inbox.TxFromContext[*sql.Tx](ctx); ok {
+		return tx.Commit()
+	}
+	return fmt.Errorf("no transaction in the context")
+}

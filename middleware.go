@@ -1,0 +1,376 @@
+package inbox
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// Metadata the middleware sets on a consumed message that turned out to be a duplicate, so
+// that outer middlewares and the handler's caller can tell. Stale values (a Kafka
+// in-process resend copies the metadata of the failed attempt) are cleared on entry.
+const (
+	MetadataDuplicate = "inbox_duplicate"
+	MetadataMismatch  = "inbox_fingerprint_mismatch"
+)
+
+// DuplicateMode says what the middleware does with a duplicate.
+type DuplicateMode int
+
+const (
+	// Replay acks the duplicate and returns the messages the first delivery produced,
+	// stored with its key, so the router publishes them again with the same UUIDs (a
+	// downstream inbox deduplicates them). If the publish after the first commit failed,
+	// this is how that output still goes out. A first delivery that produced nothing
+	// replays nothing. It is the default.
+	Replay DuplicateMode = iota
+	// Skip acks the duplicate and returns nothing.
+	Skip
+	// Fail returns an error wrapping ErrDuplicate, so the router nacks the message: for
+	// routing duplicates elsewhere, e.g. with middleware.PoisonQueueWithFilter.
+	Fail
+)
+
+func (m DuplicateMode) String() string {
+	switch m {
+	case Replay:
+		return "Replay"
+	case Skip:
+		return "Skip"
+	case Fail:
+		return "Fail"
+	}
+	return fmt.Sprintf("DuplicateMode(%d)", int(m))
+}
+
+// FingerprintFunc identifies a message's content, so that a duplicate whose content
+// differs from the first delivery's can be told apart (see Config.OnMismatch).
+type FingerprintFunc func(msg *message.Message) ([]byte, error)
+
+// PayloadFingerprint is the SHA-256 of the payload. It is the default fingerprint.
+func PayloadFingerprint(msg *message.Message) ([]byte, error) {
+	sum := sha256.Sum256(msg.Payload)
+	return sum[:], nil
+}
+
+// NoFingerprint stores no fingerprint and so never reports a mismatch.
+func NoFingerprint(*message.Message) ([]byte, error) { return nil, nil }
+
+// Config configures an Inbox. Pass it to New, which applies the defaults and validates it.
+type Config struct {
+	// Store keeps the keys: NewPostgresStore (pgx), NewSQLPostgresStore or NewMySQLStore
+	// (database/sql). Required.
+	Store Store
+
+	// Consumer names the consumer that keys belong to: the same message is processed once
+	// per consumer. Defaults to the Watermill handler name (message.HandlerNameFromCtx),
+	// which every message routed by a Router carries; set it when the middleware runs
+	// outside a Router. At most 255 bytes of UTF-8.
+	Consumer string
+
+	// Key derives a message's key. Defaults to KeyFromUUID.
+	Key KeyFunc
+
+	// OnDuplicate says what to do with a duplicate. Defaults to Replay.
+	OnDuplicate DuplicateMode
+
+	// Fingerprint identifies a message's content; it is stored with the key and compared
+	// on a duplicate. Defaults to PayloadFingerprint; NoFingerprint turns it off.
+	Fingerprint FingerprintFunc
+
+	// OnMismatch says what to do with a duplicate whose fingerprint differs from the
+	// stored one: a producer reusing a key, or a key collision. Such a duplicate is always
+	// logged as an error, counted and marked with MetadataMismatch. Defaults to Replay,
+	// the same treatment as any duplicate; Fail nacks it.
+	OnMismatch DuplicateMode
+
+	// MaxAttempts, when above zero, makes the inbox count started attempts outside the
+	// handler's transaction (one short extra write per delivery), and refuse, with an
+	// error wrapping ErrTooManyAttempts, a message that has already started MaxAttempts
+	// times without committing or returning an error: its handler crashes the process.
+	// Defaults to 0, off.
+	MaxAttempts int
+
+	// Observer receives one call per message, e.g. PrometheusObserver. Defaults to none.
+	Observer Observer
+
+	// Logger logs duplicates (debug), replays (debug) and mismatches (error) with the
+	// consumer, key and message UUID, never the payload. Defaults to watermill.NopLogger.
+	Logger watermill.LoggerAdapter
+}
+
+// maxConsumerLen bounds consumer names so every store can index them.
+const maxConsumerLen = 255
+
+func (c *Config) setDefaults() {
+	if c.Key == nil {
+		c.Key = KeyFromUUID
+	}
+	if c.Fingerprint == nil {
+		c.Fingerprint = PayloadFingerprint
+	}
+	if c.Observer == nil {
+		c.Observer = nopObserver{}
+	}
+	if c.Logger == nil {
+		c.Logger = watermill.NopLogger{}
+	}
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	if c.Store == nil {
+		errs = append(errs, errors.New("Store is nil: set it to inbox.NewPostgresStore(pool, inbox.PostgresConfig{}) or another store"))
+	}
+	if c.Consumer != "" {
+		if err := validateConsumer(c.Consumer); err != nil {
+			errs = append(errs, fmt.Errorf("Consumer: %w", err))
+		}
+	}
+	for _, m := range []struct {
+		name string
+		mode DuplicateMode
+	}{{"OnDuplicate", c.OnDuplicate}, {"OnMismatch", c.OnMismatch}} {
+		if m.mode < Replay || m.mode > Fail {
+			errs = append(errs, fmt.Errorf("%s is %v: use inbox.Replay, inbox.Skip or inbox.Fail", m.name, m.mode))
+		}
+	}
+	if c.MaxAttempts < 0 {
+		errs = append(errs, fmt.Errorf("MaxAttempts is %d: use 0 to turn attempt counting off, or a positive limit", c.MaxAttempts))
+	}
+	return errors.Join(errs...)
+}
+
+func validateConsumer(consumer string) error {
+	switch {
+	case consumer == "":
+		return ErrNoConsumer
+	case len(consumer) > maxConsumerLen:
+		return fmt.Errorf("consumer name is %d bytes long, more than %d: choose a shorter name", len(consumer), maxConsumerLen)
+	case !utf8.ValidString(consumer) || strings.IndexByte(consumer, 0) >= 0:
+		return fmt.Errorf("consumer name %q is not valid UTF-8 text without NUL bytes", consumer)
+	}
+	return nil
+}
+
+// Inbox makes a consumer's effects happen once per message: see the package doc.
+type Inbox struct {
+	cfg Config
+}
+
+// verifyTimeout bounds New's check that the store's tables exist.
+const verifyTimeout = 30 * time.Second
+
+// New returns an Inbox. It fails when the config is invalid, naming the field and what to
+// do, and when the store's tables are missing, saying how to create them.
+func New(cfg Config) (*Inbox, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("inbox: invalid config: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), verifyTimeout)
+	defer cancel()
+	if err := cfg.Store.Verify(ctx); err != nil {
+		return nil, err
+	}
+	return &Inbox{cfg: cfg}, nil
+}
+
+// Middleware is the Watermill middleware: router.AddMiddleware(ib.Middleware). For each
+// message it claims the message's key in a new transaction (or the one in the message
+// context), runs the handler with the transaction in the message context, and commits
+// before returning, so before the router acks. A handler error or panic rolls the key
+// back with the handler's writes, and the error makes the router nack. A duplicate does
+// not reach the handler; Config.OnDuplicate says what happens to it.
+//
+// Put it inside Retry and PoisonQueue, so each retry gets a fresh transaction, and outside
+// Timeout and Recoverer (see the README's middleware ordering).
+func (ib *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		delete(msg.Metadata, MetadataDuplicate)
+		delete(msg.Metadata, MetadataMismatch)
+
+		rec, err := ib.record(msg)
+		if err != nil {
+			ib.observe(rec.Consumer, OutcomeNoKey, 0)
+			return nil, fmt.Errorf("inbox: message %s: %w", msg.UUID, err)
+		}
+
+		ctx := msg.Context()
+		var produced []*message.Message
+		claim, wait, err := ib.process(ctx, rec, func(txCtx context.Context) ([]byte, error) {
+			msg.SetContext(txCtx)
+			defer msg.SetContext(ctx)
+			var err error
+			if produced, err = h(msg); err != nil {
+				return nil, err
+			}
+			return encodeOutput(produced)
+		})
+		switch {
+		case err != nil:
+			return nil, err
+		case claim.Duplicate:
+			return ib.duplicate(msg, rec, claim, wait)
+		}
+		return produced, nil
+	}
+}
+
+// Process runs fn once per (consumer, key), for consumers outside Watermill: custom
+// consumer loops, HTTP webhooks. fn runs in the claimed transaction, which ctx carries
+// (TxFromContext); it commits when fn returns nil and rolls back, key included, when fn
+// returns an error or panics. A duplicate returns (true, nil) without calling fn, whatever
+// Config.OnDuplicate says. An error from fn is returned unchanged.
+func (ib *Inbox) Process(ctx context.Context, consumer, key string, fn func(ctx context.Context) error) (duplicate bool, err error) {
+	if err := validateConsumer(consumer); err != nil {
+		return false, fmt.Errorf("inbox: %w", err)
+	}
+	if key == "" {
+		return false, fmt.Errorf("inbox: consumer %q: %w: the key is empty", consumer, ErrNoKey)
+	}
+	rec := Record{Consumer: consumer, Key: storableKey(key)}
+	claim, wait, err := ib.process(ctx, rec, func(ctx context.Context) ([]byte, error) {
+		return nil, fn(ctx)
+	})
+	if claim.Duplicate {
+		ib.cfg.Logger.Debug("inbox: duplicate skipped", watermill.LogFields{"consumer": consumer, "key": rec.Key})
+		ib.observe(consumer, OutcomeDuplicate, wait)
+	}
+	return claim.Duplicate, err
+}
+
+// record derives the consumer, key and fingerprint of msg.
+func (ib *Inbox) record(msg *message.Message) (Record, error) {
+	rec := Record{Consumer: ib.cfg.Consumer}
+	if rec.Consumer == "" {
+		rec.Consumer = message.HandlerNameFromCtx(msg.Context())
+		if err := validateConsumer(rec.Consumer); err != nil {
+			return rec, fmt.Errorf("%w (set inbox.Config.Consumer when the middleware runs outside a Router)", err)
+		}
+	}
+	key, err := ib.cfg.Key(msg)
+	if err == nil && key == "" {
+		err = fmt.Errorf("%w: the key function returned an empty key", ErrNoKey)
+	}
+	if err != nil {
+		return rec, err
+	}
+	rec.Key = storableKey(key)
+	if rec.Fingerprint, err = ib.cfg.Fingerprint(msg); err != nil {
+		return rec, fmt.Errorf("inbox: fingerprint: %w", err)
+	}
+	return rec, nil
+}
+
+// process claims rec's key and, when it is new, runs fn in the claimed transaction and
+// commits what fn returns as the stored output. It returns how long the claim took, and
+// fn's error unchanged.
+func (ib *Inbox) process(ctx context.Context, rec Record, fn func(ctx context.Context) ([]byte, error)) (Claim, time.Duration, error) {
+	unfinished := 0
+	if ib.cfg.MaxAttempts > 0 {
+		var err error
+		if unfinished, err = ib.cfg.Store.StartAttempt(ctx, rec.Consumer, rec.Key); err != nil {
+			return Claim{}, 0, ib.fail(rec, OutcomeFailed, err)
+		}
+	}
+
+	start := time.Now()
+	var claim Claim
+	var err error
+	if joined := txFromContext(ctx); joined != nil {
+		claim, err = ib.cfg.Store.ClaimIn(ctx, joined, rec)
+	} else {
+		claim, err = ib.cfg.Store.Claim(ctx, rec)
+	}
+	wait := time.Since(start)
+	switch {
+	case errors.Is(err, ErrContended):
+		return Claim{}, wait, ib.fail(rec, OutcomeContended, err)
+	case err != nil:
+		return Claim{}, wait, ib.fail(rec, OutcomeFailed, err)
+	case claim.Duplicate:
+		return claim, wait, nil
+	}
+
+	tx := claim.Tx
+	if ib.cfg.MaxAttempts > 0 && unfinished >= ib.cfg.MaxAttempts {
+		err := fmt.Errorf("%w: %d attempts started and never finished", ErrTooManyAttempts, unfinished)
+		return Claim{}, wait, errors.Join(ib.fail(rec, OutcomeTooManyAttempts, err), tx.Rollback(ctx))
+	}
+
+	ended := false
+	defer func() {
+		if !ended { // fn panicked: roll back and let the panic go on
+			_ = tx.Rollback(ctx)
+			ib.observe(rec.Consumer, OutcomeFailed, wait)
+		}
+	}()
+	output, err := fn(ContextWithTx(ctx, tx.Handle()))
+	ended = true
+	if err != nil {
+		ib.observe(rec.Consumer, OutcomeFailed, wait)
+		errs := []error{err, tx.Rollback(ctx)}
+		if ib.cfg.MaxAttempts > 0 {
+			errs = append(errs, ib.cfg.Store.EndAttempt(context.WithoutCancel(ctx), rec.Consumer, rec.Key))
+		}
+		return Claim{}, wait, errors.Join(errs...)
+	}
+	if err := tx.Commit(ctx, output); err != nil {
+		return Claim{}, wait, errors.Join(ib.fail(rec, OutcomeFailed, err), tx.Rollback(ctx))
+	}
+	ib.observe(rec.Consumer, OutcomeProcessed, wait)
+	return claim, wait, nil
+}
+
+// fail counts an inbox failure and wraps err with the record it concerns.
+func (ib *Inbox) fail(rec Record, outcome Outcome, err error) error {
+	ib.observe(rec.Consumer, outcome, 0)
+	return fmt.Errorf("inbox: consumer %q key %q: %w", rec.Consumer, rec.Key, err)
+}
+
+// duplicate marks msg as a duplicate and acts per the configured mode.
+func (ib *Inbox) duplicate(msg *message.Message, rec Record, claim Claim, wait time.Duration) ([]*message.Message, error) {
+	if msg.Metadata == nil {
+		msg.Metadata = message.Metadata{}
+	}
+	msg.Metadata.Set(MetadataDuplicate, "true")
+	fields := watermill.LogFields{"consumer": rec.Consumer, "key": rec.Key, "message_uuid": msg.UUID}
+
+	mode, outcome := ib.cfg.OnDuplicate, OutcomeDuplicate
+	cause := ErrDuplicate
+	if rec.Fingerprint != nil && claim.Fingerprint != nil && !bytes.Equal(rec.Fingerprint, claim.Fingerprint) {
+		msg.Metadata.Set(MetadataMismatch, "true")
+		mode, outcome = ib.cfg.OnMismatch, OutcomeMismatch
+		cause = errors.Join(ErrDuplicate, ErrFingerprintMismatch)
+		ib.cfg.Logger.Error("inbox: duplicate key with a different fingerprint", ErrFingerprintMismatch, fields)
+	}
+
+	switch mode {
+	case Fail:
+		ib.observe(rec.Consumer, outcome, wait)
+		return nil, fmt.Errorf("inbox: message %s: consumer %q key %q: %w", msg.UUID, rec.Consumer, rec.Key, cause)
+	case Skip:
+		ib.observe(rec.Consumer, outcome, wait)
+		ib.cfg.Logger.Debug("inbox: duplicate skipped", fields)
+		return nil, nil
+	}
+	replay, err := decodeOutput(claim.Output)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: message %s: %w", msg.UUID, err)
+	}
+	if len(replay) > 0 && outcome == OutcomeDuplicate {
+		outcome = OutcomeReplayed
+	}
+	ib.observe(rec.Consumer, outcome, wait)
+	ib.cfg.Logger.Debug("inbox: duplicate skipped", fields.Add(watermill.LogFields{"replayed": len(replay)}))
+	return replay, nil
+}

@@ -1,0 +1,49 @@
+package inbox
+
+import (
+	_ "embed"
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// The DDL files in schema/ are the single source of truth: users run them as they are
+// (for the default table name), and the stores and tests create tables from them.
+var (
+	//go:embed schema/postgres.sql
+	postgresSchema string
+)
+
+// DefaultTable is the inbox table's default name. A store also uses the table
+// <name>_attempts, for Config.MaxAttempts.
+const DefaultTable = "inbox"
+
+// maxTableLen leaves room for the "_attempts" and "_processed_at" suffixes within
+// PostgreSQL's 63-byte identifiers.
+const maxTableLen = 48
+
+var identifierRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// validateTable checks a table name: a plain identifier, so that it can be quoted
+// safely into SQL.
+func validateTable(table string) error {
+	if !identifierRE.MatchString(table) || len(table) > maxTableLen {
+		return fmt.Errorf("Table %q is not a valid table name: use letters, digits and underscores, not starting with a digit, at most %d bytes", table, maxTableLen)
+	}
+	return nil
+}
+
+// withTable renames the default table in a schema file whose identifiers are all quoted
+// with quote and start with the default name: "inbox", "inbox_attempts"...
+func withTable(schema, quote, table string) string {
+	return strings.ReplaceAll(schema, quote+DefaultTable, quote+table)
+}
+
+// PostgresSchema returns the PostgreSQL DDL (schema/postgres.sql) for an inbox table
+// named table.
+func PostgresSchema(table string) (string, error) {
+	if err := validateTable(table); err != nil {
+		return "", fmt.Errorf("inbox: %w", err)
+	}
+	return withTable(postgresSchema, `"`, table), nil
+}

@@ -1,0 +1,27 @@
+-- The inbox tables for PostgreSQL. Run it as it is for the default table name "inbox";
+-- inbox.PostgresSchema(table) and (*PostgresStore).CreateSchema return it for another name.
+
+-- One row per processed message and consumer. The primary key is the only duplicate
+-- check: a second insert of a key waits on the first transaction's index entry.
+CREATE TABLE IF NOT EXISTS "inbox" (
+    consumer     text COLLATE "C" NOT NULL,
+    key          text COLLATE "C" NOT NULL,
+    processed_at timestamptz NOT NULL DEFAULT now(),
+    fingerprint  bytea,   -- identifies the first delivery's content
+    output       bytea,   -- the messages its handler produced, replayed on a duplicate
+    PRIMARY KEY (consumer, key)
+);
+
+-- The purge scans keys by age.
+CREATE INDEX IF NOT EXISTS "inbox_processed_at" ON "inbox" (processed_at);
+
+-- Started and cleanly ended attempts, written outside the handler's transaction, when
+-- Config.MaxAttempts is set: started - ended counts attempts that crashed the process.
+CREATE TABLE IF NOT EXISTS "inbox_attempts" (
+    consumer   text COLLATE "C" NOT NULL,
+    key        text COLLATE "C" NOT NULL,
+    started    integer NOT NULL DEFAULT 1,
+    ended      integer NOT NULL DEFAULT 0,
+    started_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (consumer, key)
+);

@@ -1,0 +1,293 @@
+package inbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// PgxDB is what PostgresStore needs of a database. *pgxpool.Pool satisfies it, and so
+// does *pgx.Conn (which serves one message at a time).
+type PgxDB interface {
+	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// PostgresConfig configures a PostgresStore.
+type PostgresConfig struct {
+	// Table is the inbox table; the store also uses <Table>_attempts. Create both with
+	// schema/postgres.sql or CreateSchema. Defaults to "inbox".
+	Table string
+
+	// TxOptions are the options of the transactions the store begins. An empty IsoLevel
+	// means READ COMMITTED, where a concurrent duplicate waits and then gets its verdict;
+	// at REPEATABLE READ or SERIALIZABLE it fails with a serialization error instead
+	// (returned as ErrContended, so the message comes again). Defaults to READ COMMITTED.
+	TxOptions pgx.TxOptions
+
+	// LockTimeout bounds how long a claim waits on a concurrent duplicate's transaction
+	// (lock_timeout, set for the inbox statement only). When it expires the claim fails
+	// with ErrContended and the connection goes back to the pool. Defaults to 0: wait as
+	// long as the server's lock_timeout allows (by default, until the other ends).
+	LockTimeout time.Duration
+}
+
+// PostgresStore is a Store on PostgreSQL through pgx. Handlers get a pgx.Tx from
+// TxFromContext. A pgx transaction does not roll back when its context is cancelled:
+// the middleware rolls back itself, with a context that cannot be cancelled.
+type PostgresStore struct {
+	db  PgxDB
+	cfg PostgresConfig
+	sql postgresQueries
+}
+
+var _ Store = (*PostgresStore)(nil)
+
+type postgresQueries struct {
+	insert, stored, setOutput             string
+	startAttempt, endAttempt              string
+	forget, purge, stats, verify, lockSet string
+}
+
+// NewPostgresStore returns a PostgresStore over db. It checks the config but not the
+// database; New verifies the tables.
+func NewPostgresStore(db PgxDB, cfg PostgresConfig) (*PostgresStore, error) {
+	if db == nil {
+		return nil, errors.New("inbox: invalid store config: db is nil: pass a *pgxpool.Pool")
+	}
+	if cfg.Table == "" {
+		cfg.Table = DefaultTable
+	}
+	if err := validateTable(cfg.Table); err != nil {
+		return nil, fmt.Errorf("inbox: invalid store config: %w", err)
+	}
+	if cfg.TxOptions.IsoLevel == "" {
+		cfg.TxOptions.IsoLevel = pgx.ReadCommitted
+	}
+	if cfg.LockTimeout < 0 {
+		return nil, fmt.Errorf("inbox: invalid store config: LockTimeout is %v: use 0 for no bound, or a positive duration", cfg.LockTimeout)
+	}
+	t := pgx.Identifier{cfg.Table}.Sanitize()
+	a := pgx.Identifier{cfg.Table + "_attempts"}.Sanitize()
+	return &PostgresStore{db: db, cfg: cfg, sql: postgresQueries{
+		insert:       `INSERT INTO ` + t + ` (consumer, key, fingerprint) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`,
+		stored:       `SELECT fingerprint, output FROM ` + t + ` WHERE consumer = $1 AND key = $2`,
+		setOutput:    `UPDATE ` + t + ` SET output = $3 WHERE consumer = $1 AND key = $2`,
+		startAttempt: `INSERT INTO ` + a + ` AS a (consumer, key) VALUES ($1, $2) ON CONFLICT (consumer, key) DO UPDATE SET started = a.started + 1 RETURNING a.started - a.ended - 1`,
+		endAttempt:   `UPDATE ` + a + ` SET ended = ended + 1 WHERE consumer = $1 AND key = $2`,
+		forget:       `WITH a AS (DELETE FROM ` + a + ` WHERE consumer = $1 AND key = $2) DELETE FROM ` + t + ` WHERE consumer = $1 AND key = $2`,
+		purge: `WITH a AS (DELETE FROM ` + a + ` WHERE ctid IN (SELECT ctid FROM ` + a + ` WHERE started_at < $1 LIMIT $2))
+			DELETE FROM ` + t + ` WHERE ctid IN (SELECT ctid FROM ` + t + ` WHERE processed_at < $1 LIMIT $2)`,
+		stats:   `SELECT consumer, count(*), min(processed_at) FROM ` + t + ` GROUP BY consumer ORDER BY consumer`,
+		verify:  `SELECT (SELECT count(*) FROM (SELECT consumer, key, processed_at, fingerprint, output FROM ` + t + ` LIMIT 0) t) + (SELECT count(*) FROM (SELECT consumer, key, started, ended, started_at FROM ` + a + ` LIMIT 0) a)`,
+		lockSet: `SELECT set_config('lock_timeout', $1, true)`,
+	}}, nil
+}
+
+// CreateSchema creates the store's tables and index if they do not exist, with the DDL of
+// schema/postgres.sql, for users who do not run a migration tool.
+func (s *PostgresStore) CreateSchema(ctx context.Context) error {
+	ddl, err := PostgresSchema(s.cfg.Table)
+	if err != nil {
+		return err
+	}
+	if _, err := s.db.Exec(ctx, ddl); err != nil {
+		return fmt.Errorf("inbox: creating the schema: %w", err)
+	}
+	return nil
+}
+
+// Claim implements Store.
+func (s *PostgresStore) Claim(ctx context.Context, rec Record) (Claim, error) {
+	tx, err := s.db.BeginTx(ctx, s.cfg.TxOptions)
+	if err != nil {
+		return Claim{}, s.wrap("beginning the transaction", err)
+	}
+	claim, err := s.claim(ctx, tx, rec, false)
+	if err != nil || claim.Duplicate {
+		err = errors.Join(err, rollbackPgx(ctx, tx))
+	}
+	return claim, err
+}
+
+// ClaimIn implements Store; tx must be a pgx.Tx.
+func (s *PostgresStore) ClaimIn(ctx context.Context, tx any, rec Record) (Claim, error) {
+	pgxTx, ok := tx.(pgx.Tx)
+	if !ok {
+		return Claim{}, fmt.Errorf("inbox: the transaction in the context is a %T; PostgresStore joins only a pgx.Tx", tx)
+	}
+	return s.claim(ctx, pgxTx, rec, true)
+}
+
+// claim inserts the key and, when it was there already, reads what the first delivery
+// stored. Both go in one round trip: at READ COMMITTED the read takes a new snapshot
+// after the insert's wait, so it sees the row of the transaction that made it wait.
+func (s *PostgresStore) claim(ctx context.Context, tx pgx.Tx, rec Record, joined bool) (Claim, error) {
+	batch := &pgx.Batch{}
+	if s.cfg.LockTimeout > 0 {
+		batch.Queue(s.sql.lockSet, fmt.Sprintf("%dms", s.cfg.LockTimeout.Milliseconds()))
+	}
+	batch.Queue(s.sql.insert, rec.Consumer, rec.Key, rec.Fingerprint)
+	batch.Queue(s.sql.stored, rec.Consumer, rec.Key)
+	if s.cfg.LockTimeout > 0 {
+		batch.Queue(`SET LOCAL lock_timeout TO DEFAULT`)
+	}
+	results := tx.SendBatch(ctx, batch)
+	defer results.Close()
+
+	if s.cfg.LockTimeout > 0 {
+		if _, err := results.Exec(); err != nil {
+			return Claim{}, s.wrap("setting the lock timeout", err)
+		}
+	}
+	tag, err := results.Exec()
+	if err != nil {
+		return Claim{}, s.wrap("inserting the key", err)
+	}
+	var claim Claim
+	if err := results.QueryRow().Scan(&claim.Fingerprint, &claim.Output); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) { // deleted (Forget, purge) since the insert
+			return Claim{}, fmt.Errorf("inbox: the key vanished while being claimed: %w", ErrContended)
+		}
+		return Claim{}, s.wrap("reading the stored key", err)
+	}
+	if err := results.Close(); err != nil {
+		return Claim{}, s.wrap("claiming the key", err)
+	}
+	if tag.RowsAffected() == 0 {
+		claim.Duplicate = true
+		return claim, nil
+	}
+	return Claim{Tx: &pgxInboxTx{tx: tx, store: s, rec: rec, joined: joined}}, nil
+}
+
+// StartAttempt implements Store.
+func (s *PostgresStore) StartAttempt(ctx context.Context, consumer, key string) (int, error) {
+	var unfinished int
+	if err := s.db.QueryRow(ctx, s.sql.startAttempt, consumer, key).Scan(&unfinished); err != nil {
+		return 0, s.wrap("counting the attempt", err)
+	}
+	return unfinished, nil
+}
+
+// EndAttempt implements Store.
+func (s *PostgresStore) EndAttempt(ctx context.Context, consumer, key string) error {
+	if _, err := s.db.Exec(ctx, s.sql.endAttempt, consumer, key); err != nil {
+		return s.wrap("ending the attempt", err)
+	}
+	return nil
+}
+
+// Forget implements Store.
+func (s *PostgresStore) Forget(ctx context.Context, consumer, key string) (bool, error) {
+	tag, err := s.db.Exec(ctx, s.sql.forget, consumer, storableKey(key))
+	if err != nil {
+		return false, s.wrap("forgetting the key", err)
+	}
+	return tag.RowsAffected() > 0, nil
+}
+
+// PurgeBatch implements Store.
+func (s *PostgresStore) PurgeBatch(ctx context.Context, before time.Time, limit int) (int64, error) {
+	tag, err := s.db.Exec(ctx, s.sql.purge, before, limit)
+	if err != nil {
+		return 0, s.wrap("purging", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// Stats implements Store.
+func (s *PostgresStore) Stats(ctx context.Context) ([]ConsumerStats, error) {
+	rows, err := s.db.Query(ctx, s.sql.stats)
+	if err != nil {
+		return nil, s.wrap("reading stats", err)
+	}
+	stats, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ConsumerStats, error) {
+		var c ConsumerStats
+		err := row.Scan(&c.Consumer, &c.Keys, &c.Oldest)
+		return c, err
+	})
+	if err != nil {
+		return nil, s.wrap("reading stats", err)
+	}
+	return stats, nil
+}
+
+// Verify implements Store.
+func (s *PostgresStore) Verify(ctx context.Context) error {
+	var n int
+	if err := s.db.QueryRow(ctx, s.sql.verify).Scan(&n); err != nil {
+		return s.wrap("checking the tables", err)
+	}
+	return nil
+}
+
+// wrap names what failed and classifies PostgreSQL's own error codes.
+func (s *PostgresStore) wrap(doing string, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "40001", "40P01", "55P03": // serialization_failure, deadlock_detected, lock_not_available
+			return fmt.Errorf("inbox: %s: %w: %w", doing, ErrContended, err)
+		case "42P01", "42703": // undefined_table, undefined_column
+			return fmt.Errorf("inbox: %s: %w: table %q or %q is missing or outdated: run schema/postgres.sql, `inbox schema postgres`, or (*PostgresStore).CreateSchema: %w",
+				doing, ErrNoTable, s.cfg.Table, s.cfg.Table+"_attempts", err)
+		}
+	}
+	return fmt.Errorf("inbox: %s: %w", doing, err)
+}
+
+// pgxInboxTx is the transaction of a claimed key.
+type pgxInboxTx struct {
+	tx     pgx.Tx
+	store  *PostgresStore
+	rec    Record
+	joined bool
+}
+
+func (t *pgxInboxTx) Handle() any { return t.tx }
+
+func (t *pgxInboxTx) Commit(ctx context.Context, output []byte) error {
+	if output != nil {
+		if _, err := t.tx.Exec(ctx, t.store.sql.setOutput, t.rec.Consumer, t.rec.Key, output); err != nil {
+			return t.ended("storing the produced messages", err)
+		}
+	}
+	if t.joined {
+		return nil
+	}
+	if err := t.tx.Commit(ctx); err != nil {
+		return t.ended("committing", err)
+	}
+	return nil
+}
+
+func (t *pgxInboxTx) Rollback(ctx context.Context) error {
+	if t.joined {
+		return nil
+	}
+	return rollbackPgx(ctx, t.tx)
+}
+
+func (t *pgxInboxTx) ended(doing string, err error) error {
+	if errors.Is(err, pgx.ErrTxClosed) {
+		return fmt.Errorf("inbox: %s: %w", doing, ErrTxDone)
+	}
+	return t.store.wrap(doing, err)
+}
+
+// rollbackPgx rolls tx back even when ctx is cancelled; a transaction already ended is
+// not an error.
+func rollbackPgx(ctx context.Context, tx pgx.Tx) error {
+	err := tx.Rollback(context.WithoutCancel(ctx))
+	if err != nil && !errors.Is(err, pgx.ErrTxClosed) {
+		return fmt.Errorf("inbox: rolling back: %w", err)
+	}
+	return nil
+}
