@@ -290,3 +290,17 @@ func TestCQRSHandlerSeesTheTransaction(t *testing.T) {
 	require.True(t, sawTx.Load(), "the CQRS handler's ctx carries the inbox transaction")
 	require.NoError(t, router.Close())
 }
+
+func TestNilMetadataMessage(t *testing.T) {
+	ib, l := pgxSetup(t, inbox.Config{})
+	var calls atomic.Int32
+	h := ib.Middleware(crediting(l, &calls))
+	for range 2 {
+		msg := &message.Message{UUID: "order-6"} // as the SQL subscriber yields for `null` metadata
+		_, err := h(msg)
+		require.NoError(t, err)
+	}
+	require.EqualValues(t, 1, calls.Load())
+	total, _ := l.balance(t)
+	require.Equal(t, 190, total)
+}
