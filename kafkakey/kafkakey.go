@@ -25,16 +25,16 @@ import (
 // kafka.MessagePartitionOffsetFromCtx). A message without them has no key: the error
 // wraps inbox.ErrNoKey.
 //
-// Caveat: a position is only unique while the topic's offsets only grow. A topic that is
-// deleted and recreated, or truncated, starts again at offset 0, so new records reuse
-// positions already stored: the inbox skips them as duplicates and they are lost. The
-// same happens to a record that a producer sends twice: it gets two positions and is
-// processed twice. Prefer a key the producer sets (the Watermill UUID, a CloudEvents id);
-// if you use Position, purge the consumer's keys (Store.PurgeBatch, Store.Forget) whenever
-// a topic is recreated, and never point the consumer at a different cluster with the same
-// topic names. Resetting the consumer group's offsets to re-read a topic is safe: the
-// re-read records keep their positions and are skipped, which is what a re-read after a
-// reset usually should not do, so Forget the keys first when you mean to reprocess.
+// Caveat: a position names a record only while the topic's log only grows. When the
+// topic is deleted and recreated, or the cluster replaced (the dev broker restarted
+// without -data-dir), or offsets otherwise start again, new records reuse positions
+// already stored: the inbox takes them for duplicates and skips them, so they are lost.
+// Purge the consumer's keys (Store.PurgeBatch, Store.Forget) whenever that happens.
+// Conversely a record that the producer sent twice sits at two positions and is
+// processed twice: Position deduplicates redeliveries, not producer retries. And
+// resetting the group's offsets to re-read old records re-reads them at their old
+// positions, which are skipped: Forget their keys first when you mean to reprocess.
+// Prefer a key the producer sets (the Watermill UUID, a CloudEvents id) when there is one.
 func Position(msg *message.Message) (string, error) {
 	ctx := msg.Context()
 	topic := message.SubscribeTopicFromCtx(ctx)
