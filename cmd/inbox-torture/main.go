@@ -1,0 +1,156 @@
+// Command inbox-torture proves the inbox's promise under fire: each message's effect is
+// applied exactly once per consumer, while consumer processes race, crash and lose their
+// database connections.
+//
+// It starts -workers consumer processes (itself, re-executed with -worker) on one
+// consumer name over -messages messages. Message i credits i+1 to account i%K: the handler
+// inserts a ledger entry naming the message key and adds the amount to the account's
+// balance, through the inbox transaction. Every message is delivered at least twice:
+//
+//   - -transport direct: the parent hands each message to -copies workers at once on
+//     their stdin, and each calls ib.Process, so the copies race on the key (the
+//     concurrent-duplicate wait); a copy that fails or whose worker dies is handed again;
+//   - -transport kafka: each record is published -copies times to a topic with one
+//     partition per worker; the workers form one consumer group (ib.Middleware in a
+//     Watermill router);
+//   - -transport rabbitmq: each message is published -copies times to one durable queue
+//     that all workers consume (ib.Middleware in a Watermill router).
+//
+// Meanwhile it injects faults: it SIGKILLs a random worker every -kill-every and restarts
+// it; workers SIGKILL themselves with probability -crash-rate right after a commit, before
+// the ack; it terminates a worker's database connection every -terminate-every
+// (pg_terminate_backend, KILL on MariaDB); handlers fail with probability -fail-rate after
+// writing, so their writes roll back and the message comes again.
+//
+// When every copy was handled (or -duration passed) it stops the workers and checks the
+// ledger per message: each applied exactly once with its amount, none lost, none twice,
+// every account's balance right, one inbox key per message. It prints the counts and
+// exits 1 on any discrepancy.
+//
+//	go run ./cmd/inbox-torture -db postgres -transport direct -workers 8 -messages 60
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"time"
+)
+
+// options are the command's flags; the parent passes the relevant ones to its workers.
+type options struct {
+	worker         bool
+	db             string
+	dsn            string
+	transport      string
+	workers        int
+	messages       int
+	accounts       int
+	copies         int
+	concurrency    int
+	killEvery      time.Duration
+	terminateEvery time.Duration
+	failRate       float64
+	crashRate      float64
+	handlerDelay   time.Duration
+	duration       time.Duration
+	brokers        string
+	amqpURL        string
+	run            string
+	keep           bool
+	quiet          bool
+}
+
+func parseFlags(args []string) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("inbox-torture", flag.ContinueOnError)
+	fs.BoolVar(&o.worker, "worker", false, "run as a worker process (the parent starts them)")
+	fs.StringVar(&o.db, "db", "postgres", "database: postgres or mariadb")
+	fs.StringVar(&o.dsn, "dsn", "", "database DSN (default INBOX_POSTGRES_DSN / INBOX_MARIADB_DSN or the local test database)")
+	fs.StringVar(&o.transport, "transport", "direct", "how messages reach the workers: direct, kafka or rabbitmq")
+	fs.IntVar(&o.workers, "workers", 8, "consumer processes")
+	fs.IntVar(&o.messages, "messages", 60, "messages; message i credits i+1 to account i%accounts")
+	fs.IntVar(&o.accounts, "accounts", 10, "ledger accounts")
+	fs.IntVar(&o.copies, "copies", 2, "deliveries of each message (at least 2)")
+	fs.IntVar(&o.concurrency, "concurrency", 4, "messages a worker handles at once (direct transport)")
+	fs.DurationVar(&o.killEvery, "kill-every", time.Second, "SIGKILL a random worker about this often (0: never)")
+	fs.DurationVar(&o.terminateEvery, "terminate-every", 2*time.Second, "terminate a worker's database connection about this often (0: never)")
+	fs.Float64Var(&o.failRate, "fail-rate", 0.1, "probability that a handler fails after writing")
+	fs.Float64Var(&o.crashRate, "crash-rate", 0.02, "probability that a worker SIGKILLs itself right after a commit, before the ack")
+	fs.DurationVar(&o.handlerDelay, "handler-delay", 2*time.Millisecond, "a handler sleeps up to this long between its writes, widening the fault windows")
+	fs.DurationVar(&o.duration, "duration", 5*time.Minute, "deadline: stop and check even if copies are left unhandled")
+	fs.StringVar(&o.brokers, "kafka-brokers", "", "Kafka brokers (default KAFKA_BROKERS or 127.0.0.1:9092)")
+	fs.StringVar(&o.amqpURL, "amqp-url", "", "RabbitMQ URL (default INBOX_AMQP_URL or amqp://guest:guest@127.0.0.1:5672/)")
+	fs.StringVar(&o.run, "run", "", "run id, naming the tables, topic or queue (default: random)")
+	fs.BoolVar(&o.keep, "keep", false, "keep the tables, topic and queue after the run")
+	fs.BoolVar(&o.quiet, "quiet", false, "print only the final report")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	switch {
+	case o.db != "postgres" && o.db != "mariadb":
+		return o, fmt.Errorf("-db %q: use postgres or mariadb", o.db)
+	case o.transport != "direct" && o.transport != "kafka" && o.transport != "rabbitmq":
+		return o, fmt.Errorf("-transport %q: use direct, kafka or rabbitmq", o.transport)
+	case o.workers < 1, o.messages < 1, o.accounts < 1, o.concurrency < 1:
+		return o, fmt.Errorf("-workers, -messages, -accounts and -concurrency must be at least 1")
+	case o.copies < 2:
+		return o, fmt.Errorf("-copies is %d: every message is delivered at least twice", o.copies)
+	case o.transport == "direct" && o.copies > o.workers:
+		return o, fmt.Errorf("-copies %d > -workers %d: the direct transport hands the copies of a message to distinct workers", o.copies, o.workers)
+	case o.failRate < 0 || o.failRate >= 1, o.crashRate < 0 || o.crashRate >= 1:
+		return o, fmt.Errorf("-fail-rate and -crash-rate are probabilities below 1")
+	}
+	if o.dsn == "" {
+		o.dsn = defaultDSN(o.db)
+	}
+	if o.brokers == "" {
+		o.brokers = envOr("KAFKA_BROKERS", "127.0.0.1:9092")
+	}
+	if o.amqpURL == "" {
+		o.amqpURL = envOr("INBOX_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
+	}
+	if o.run == "" {
+		o.run = fmt.Sprintf("torture_%d_%06x", time.Now().Unix()%1e6, rand.Uint32()&0xffffff)
+	}
+	return o, nil
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func defaultDSN(db string) string {
+	if db == "mariadb" {
+		return envOr("INBOX_MARIADB_DSN", "root@tcp(127.0.0.1:3306)/test")
+	}
+	return envOr("INBOX_POSTGRES_DSN", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
+}
+
+func main() {
+	o, err := parseFlags(os.Args[1:])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "inbox-torture:", err)
+		os.Exit(2)
+	}
+	if o.worker {
+		if err := runWorker(context.Background(), o); err != nil {
+			fmt.Fprintln(os.Stderr, "inbox-torture worker:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	ok, err := runParent(context.Background(), o)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "inbox-torture:", err)
+		os.Exit(2)
+	}
+	if !ok {
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,501 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// delivery is one copy of one message.
+type delivery struct{ msg, copy int }
+
+// proc is a worker slot: the current process (generation gen) in it.
+type proc struct {
+	slot, gen int
+	cmd       *exec.Cmd
+	stdin     io.WriteCloser
+	alive     bool
+	ready     bool
+	inflight  map[delivery]bool // direct transport: handed to it, not reported yet
+}
+
+type event struct {
+	slot, gen int
+	line      string
+	exited    bool
+	restart   bool
+}
+
+// counts are what the run did.
+type counts struct {
+	processed, duplicates, failedInjected, failedDB int
+	crashes, kills, restarts                        int
+	terminations                                    atomic.Int64
+}
+
+type parent struct {
+	o         options
+	db        database
+	events    chan event
+	done      chan struct{}
+	procs     []*proc
+	handled   [][]bool
+	remaining int
+	pending   []delivery
+	stopping  bool
+	c         counts
+	exe       string
+}
+
+// runParent runs the whole scenario and reports whether the ledger came out right.
+func runParent(ctx context.Context, o options) (bool, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return false, err
+	}
+	db, err := openDatabase(ctx, o, false)
+	if err != nil {
+		return false, err
+	}
+	defer db.close()
+	if err := db.setup(ctx, o.accounts); err != nil {
+		return false, fmt.Errorf("creating the tables of run %s: %w", o.run, err)
+	}
+	if !o.keep {
+		defer func() { _ = db.drop(context.WithoutCancel(ctx)) }()
+	}
+	if o.transport != "direct" {
+		if !o.keep {
+			defer dropTransport(o)
+		}
+		start := time.Now()
+		if err := publish(ctx, o); err != nil {
+			return false, fmt.Errorf("publishing through %s: %w", o.transport, err)
+		}
+		o.logf("published %d messages × %d copies through %s in %v", o.messages, o.copies, o.transport, time.Since(start).Round(time.Millisecond))
+	}
+
+	p := &parent{o: o, db: db, exe: exe, events: make(chan event, 1024), done: make(chan struct{})}
+	p.handled = make([][]bool, o.messages)
+	for i := range p.handled {
+		p.handled[i] = make([]bool, o.copies)
+		for c := range o.copies {
+			p.pending = append(p.pending, delivery{i, c})
+		}
+	}
+	p.remaining = o.messages * o.copies
+	if o.transport != "direct" {
+		p.pending = nil
+	}
+
+	start := time.Now()
+	for slot := range o.workers {
+		p.procs = append(p.procs, &proc{slot: slot})
+		if err := p.start(slot); err != nil {
+			return false, err
+		}
+	}
+	stopTerminator := p.terminator(ctx)
+	finished := p.loop()
+	wall := time.Since(start)
+	stopTerminator()
+	p.stopAll()
+
+	// Wait for the server to drop the killed workers' connections, so every transaction
+	// they left open has rolled back before the check.
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if n, err := db.workerConns(ctx); err == nil && n == 0 {
+			break
+		}
+	}
+	state, err := db.ledger(ctx)
+	if err != nil {
+		return false, fmt.Errorf("reading the ledger: %w", err)
+	}
+	problems := check(o, state)
+	if !finished {
+		problems = append([]string{fmt.Sprintf("%d of %d deliveries not handled within -duration %v", p.remaining, o.messages*o.copies, o.duration)}, problems...)
+	}
+	p.print(wall, state, problems)
+	return len(problems) == 0, nil
+}
+
+func (o options) logf(format string, args ...any) {
+	if !o.quiet {
+		fmt.Fprintf(os.Stderr, "inbox-torture: "+format+"\n", args...)
+	}
+}
+
+// workerArgs are the flags a worker process gets.
+func (p *parent) workerArgs() []string {
+	o := p.o
+	return []string{"-worker", "-db", o.db, "-dsn", o.dsn, "-transport", o.transport, "-run", o.run,
+		"-workers", strconv.Itoa(o.workers), "-messages", strconv.Itoa(o.messages), "-copies", strconv.Itoa(o.copies),
+		"-accounts", strconv.Itoa(o.accounts), "-concurrency", strconv.Itoa(o.concurrency),
+		"-fail-rate", strconv.FormatFloat(o.failRate, 'g', -1, 64), "-crash-rate", strconv.FormatFloat(o.crashRate, 'g', -1, 64),
+		"-handler-delay", o.handlerDelay.String(), "-kafka-brokers", o.brokers, "-amqp-url", o.amqpURL}
+}
+
+// start starts a new process in slot.
+func (p *parent) start(slot int) error {
+	w := p.procs[slot]
+	w.gen++
+	cmd := exec.Command(p.exe, p.workerArgs()...)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting a worker: %w", err)
+	}
+	w.cmd, w.stdin, w.alive, w.ready, w.inflight = cmd, stdin, true, false, map[delivery]bool{}
+	gen := w.gen
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			p.o.logf("worker %d (pid %d): %s", slot, cmd.Process.Pid, sc.Text())
+		}
+	}()
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			p.send(event{slot: slot, gen: gen, line: sc.Text()})
+		}
+		_ = cmd.Wait()
+		p.send(event{slot: slot, gen: gen, exited: true})
+	}()
+	return nil
+}
+
+func (p *parent) send(ev event) {
+	select {
+	case p.events <- ev:
+	case <-p.done:
+	}
+}
+
+// terminator terminates a worker database connection about every -terminate-every.
+func (p *parent) terminator(ctx context.Context) (stop func()) {
+	if p.o.terminateEvery <= 0 {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		for {
+			select {
+			case <-time.After(jitter(p.o.terminateEvery)):
+			case <-ctx.Done():
+				return
+			}
+			if ok, err := p.db.terminate(ctx); err == nil && ok {
+				p.c.terminations.Add(1)
+			} else if err != nil && ctx.Err() == nil {
+				p.o.logf("terminating a worker connection: %v", err)
+			}
+		}
+	}()
+	return func() { cancel(); <-finished }
+}
+
+// jitter returns d ± 50%.
+func jitter(d time.Duration) time.Duration {
+	return d/2 + rand.N(d)
+}
+
+// loop runs until every delivery was handled (true) or the deadline passed (false).
+func (p *parent) loop() bool {
+	deadline := time.After(p.o.duration)
+	var kill <-chan time.Time
+	if p.o.killEvery > 0 {
+		kill = time.After(jitter(p.o.killEvery))
+	}
+	progress := time.NewTicker(5 * time.Second)
+	defer progress.Stop()
+	for p.remaining > 0 {
+		select {
+		case ev := <-p.events:
+			p.handle(ev)
+		case <-kill:
+			p.killRandom()
+			kill = time.After(jitter(p.o.killEvery))
+		case <-progress.C:
+			p.o.logf("%d deliveries left; processed %d, duplicates %d, failures %d+%d, kills %d+%d, terminations %d",
+				p.remaining, p.c.processed, p.c.duplicates, p.c.failedInjected, p.c.failedDB, p.c.kills, p.c.crashes, p.c.terminations.Load())
+		case <-deadline:
+			return false
+		}
+	}
+	return true
+}
+
+func (p *parent) handle(ev event) {
+	w := p.procs[ev.slot]
+	if ev.restart {
+		if !p.stopping {
+			p.c.restarts++
+			if err := p.start(ev.slot); err != nil {
+				p.o.logf("restarting worker %d: %v", ev.slot, err)
+			}
+		}
+		return
+	}
+	if ev.gen != w.gen {
+		return
+	}
+	if ev.exited {
+		w.alive, w.ready = false, false
+		for d := range w.inflight {
+			p.pending = append(p.pending, d) // lost with the process: hand it again
+		}
+		w.inflight = nil
+		if !p.stopping {
+			time.AfterFunc(100*time.Millisecond, func() { p.send(event{slot: ev.slot, restart: true}) })
+		}
+		p.dispatch()
+		return
+	}
+	verb, rest, _ := strings.Cut(ev.line, " ")
+	if verb == "ready" {
+		w.ready = true
+		p.dispatch()
+		return
+	}
+	fields := strings.Fields(rest)
+	if len(fields) < 2 {
+		p.o.logf("worker %d: unexpected line %q", ev.slot, ev.line)
+		return
+	}
+	i, err1 := messageIndex(fields[0])
+	c, err2 := strconv.Atoi(fields[1])
+	if err1 != nil || err2 != nil || i >= p.o.messages || c >= p.o.copies {
+		p.o.logf("worker %d: unexpected line %q", ev.slot, ev.line)
+		return
+	}
+	d := delivery{i, c}
+	switch verb {
+	case "ok", "dup":
+		if verb == "ok" {
+			p.c.processed++
+		} else {
+			p.c.duplicates++
+		}
+		delete(w.inflight, d)
+		if !p.handled[i][c] {
+			p.handled[i][c] = true
+			p.remaining--
+		}
+	case "fail":
+		if len(fields) > 2 && fields[2] == "injected" {
+			p.c.failedInjected++
+		} else {
+			p.c.failedDB++
+		}
+		if w.inflight[d] {
+			delete(w.inflight, d)
+			p.pending = append(p.pending, d) // nacked: hand it again
+		}
+	case "crash":
+		p.c.crashes++ // the process exits; the delivery stays in flight until then
+	default:
+		p.o.logf("worker %d: unexpected line %q", ev.slot, ev.line)
+	}
+	p.dispatch()
+}
+
+// dispatch hands pending deliveries (direct transport) to ready workers, each copy of a
+// message to a different worker, at most 2×concurrency in flight per worker.
+func (p *parent) dispatch() {
+	limit := 2 * p.o.concurrency
+	for len(p.pending) > 0 {
+		d := p.pending[0]
+		if p.handled[d.msg][d.copy] {
+			p.pending = p.pending[1:]
+			continue
+		}
+		var best *proc
+		n := 0
+		for _, w := range p.procs {
+			if !w.alive || !w.ready || len(w.inflight) >= limit || holds(w, d.msg) {
+				continue
+			}
+			switch {
+			case best == nil || len(w.inflight) < len(best.inflight):
+				best, n = w, 1
+			case len(w.inflight) == len(best.inflight):
+				n++
+				if rand.N(n) == 0 {
+					best = w
+				}
+			}
+		}
+		if best == nil {
+			return
+		}
+		best.inflight[d] = true
+		// A write to a worker that just died fails; its exit hands the delivery again.
+		_, _ = fmt.Fprintf(best.stdin, "m%d %d\n", d.msg, d.copy)
+		p.pending = p.pending[1:]
+	}
+}
+
+func holds(w *proc, msg int) bool {
+	for d := range w.inflight {
+		if d.msg == msg {
+			return true
+		}
+	}
+	return false
+}
+
+// killRandom SIGKILLs a random live worker.
+func (p *parent) killRandom() {
+	var alive []*proc
+	for _, w := range p.procs {
+		if w.alive {
+			alive = append(alive, w)
+		}
+	}
+	if len(alive) == 0 {
+		return
+	}
+	w := alive[rand.N(len(alive))]
+	if err := w.cmd.Process.Signal(syscall.SIGKILL); err == nil {
+		p.c.kills++
+	}
+}
+
+// stopAll kills every worker and waits for them to exit.
+func (p *parent) stopAll() {
+	p.stopping = true
+	for _, w := range p.procs {
+		if w.alive {
+			_ = w.cmd.Process.Signal(syscall.SIGKILL)
+		}
+	}
+	timeout := time.After(30 * time.Second)
+	for {
+		alive := 0
+		for _, w := range p.procs {
+			if w.alive {
+				alive++
+			}
+		}
+		if alive == 0 {
+			break
+		}
+		select {
+		case ev := <-p.events:
+			if w := p.procs[ev.slot]; ev.exited && ev.gen == w.gen {
+				w.alive = false
+			}
+		case <-timeout:
+			p.o.logf("%d workers still running 30s after SIGKILL", alive)
+			close(p.done)
+			return
+		}
+	}
+	close(p.done)
+}
+
+// check compares the ledger with what exactly-once means, message by message.
+func check(o options, s ledgerState) []string {
+	var problems []string
+	type seen struct{ n, account, amount int }
+	byKey := map[string]*seen{}
+	for _, e := range s.entries {
+		k := byKey[e.key]
+		if k == nil {
+			k = &seen{}
+			byKey[e.key] = k
+		}
+		k.n++
+		k.account, k.amount = e.account, e.amount
+	}
+	lost, twice, wrong := 0, 0, 0
+	report := func(format string, args ...any) {
+		if len(problems) < 20 {
+			problems = append(problems, fmt.Sprintf(format, args...))
+		}
+	}
+	for i := range o.messages {
+		key := "m" + strconv.Itoa(i)
+		k := byKey[key]
+		delete(byKey, key)
+		switch {
+		case k == nil:
+			lost++
+			report("message %s was never applied", key)
+		case k.n > 1:
+			twice++
+			report("message %s was applied %d times", key, k.n)
+		case k.account != i%o.accounts || k.amount != i+1:
+			wrong++
+			report("message %s credited %d to account %d, not %d to %d", key, k.amount, k.account, i+1, i%o.accounts)
+		}
+	}
+	for key := range byKey {
+		report("ledger entry for an unknown message %q", key)
+	}
+	want := map[int]int64{}
+	for i := range o.messages {
+		want[i%o.accounts] += int64(i + 1)
+	}
+	for a := range o.accounts {
+		if s.balances[a] != want[a] {
+			report("account %d has balance %d, want %d", a, s.balances[a], want[a])
+		}
+	}
+	keys := map[string]bool{}
+	for _, k := range s.keys {
+		keys[k] = true
+	}
+	if len(s.keys) != o.messages || len(keys) != o.messages {
+		report("the inbox holds %d keys (%d distinct) for %d messages", len(s.keys), len(keys), o.messages)
+	}
+	if lost+twice+wrong > 0 {
+		problems = append([]string{fmt.Sprintf("%d messages lost, %d applied more than once, %d applied wrongly", lost, twice, wrong)}, problems...)
+	}
+	return problems
+}
+
+func (p *parent) print(wall time.Duration, s ledgerState, problems []string) {
+	o := p.o
+	deliveries := o.messages * o.copies
+	fmt.Printf("inbox-torture %s/%s: %d workers, %d messages × %d copies, %d accounts, kill every %v, terminate every %v, fail rate %g, crash rate %g\n",
+		o.db, o.transport, o.workers, o.messages, o.copies, o.accounts, o.killEvery, o.terminateEvery, o.failRate, o.crashRate)
+	fmt.Printf("  wall time               %v (%.0f messages/s, %.0f deliveries/s)\n", wall.Round(time.Millisecond),
+		float64(o.messages)/wall.Seconds(), float64(deliveries-p.remaining)/wall.Seconds())
+	fmt.Printf("  processed (reported)    %d, plus %d committed then crashed before the ack\n", p.c.processed, p.c.crashes)
+	fmt.Printf("  duplicates skipped      %d\n", p.c.duplicates)
+	fmt.Printf("  failures retried        %d injected, %d database errors\n", p.c.failedInjected, p.c.failedDB)
+	fmt.Printf("  kills                   %d by the parent, %d after a commit before the ack; %d restarts\n", p.c.kills, p.c.crashes, p.c.restarts)
+	fmt.Printf("  connections terminated  %d\n", p.c.terminations.Load())
+	fmt.Printf("  ledger                  %d entries, %d inbox keys, for %d messages\n", len(s.entries), len(s.keys), o.messages)
+	if len(problems) == 0 {
+		fmt.Printf("OK: every message applied exactly once\n")
+		return
+	}
+	fmt.Printf("FAIL:\n")
+	for _, pr := range problems {
+		fmt.Printf("  %s\n", pr)
+	}
+}
