@@ -42,6 +42,7 @@ import (
 // options are the command's flags; the parent passes the relevant ones to its workers.
 type options struct {
 	worker         bool
+	slot           int
 	db             string
 	dsn            string
 	transport      string
@@ -67,6 +68,7 @@ func parseFlags(args []string) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("inbox-torture", flag.ContinueOnError)
 	fs.BoolVar(&o.worker, "worker", false, "run as a worker process (the parent starts them)")
+	fs.IntVar(&o.slot, "slot", 0, "the worker's slot, kept across restarts (its Kafka group instance id)")
 	fs.StringVar(&o.db, "db", "postgres", "database: postgres or mariadb")
 	fs.StringVar(&o.dsn, "dsn", "", "database DSN (default INBOX_POSTGRES_DSN / INBOX_MARIADB_DSN or the local test database)")
 	fs.StringVar(&o.transport, "transport", "direct", "how messages reach the workers: direct, kafka or rabbitmq")

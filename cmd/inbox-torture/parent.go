@@ -136,9 +136,9 @@ func (o options) logf(format string, args ...any) {
 }
 
 // workerArgs are the flags a worker process gets.
-func (p *parent) workerArgs() []string {
+func (p *parent) workerArgs(slot int) []string {
 	o := p.o
-	return []string{"-worker", "-db", o.db, "-dsn", o.dsn, "-transport", o.transport, "-run", o.run,
+	return []string{"-worker", "-slot", strconv.Itoa(slot), "-db", o.db, "-dsn", o.dsn, "-transport", o.transport, "-run", o.run,
 		"-workers", strconv.Itoa(o.workers), "-messages", strconv.Itoa(o.messages), "-copies", strconv.Itoa(o.copies),
 		"-accounts", strconv.Itoa(o.accounts), "-concurrency", strconv.Itoa(o.concurrency),
 		"-fail-rate", strconv.FormatFloat(o.failRate, 'g', -1, 64), "-crash-rate", strconv.FormatFloat(o.crashRate, 'g', -1, 64),
@@ -149,7 +149,7 @@ func (p *parent) workerArgs() []string {
 func (p *parent) start(slot int) error {
 	w := p.procs[slot]
 	w.gen++
-	cmd := exec.Command(p.exe, p.workerArgs()...)
+	cmd := exec.Command(p.exe, p.workerArgs(slot)...)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return err

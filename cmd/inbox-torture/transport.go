@@ -20,14 +20,19 @@ import (
 // saramaConfig is the workers' consumer config: a new group reads from the oldest
 // offset, short long-polls, a 2 s session so that a killed member's partitions move on
 // quickly, offsets committed every second (a worker killed in between leaves acked
-// records to be delivered again).
-func saramaConfig() *sarama.Config {
+// records to be delivered again). Each worker slot is a static member (KIP-345): the
+// process restarted in a slot takes its partitions back without a rebalance, which
+// would otherwise stop the whole group at every kill.
+func saramaConfig(o options) *sarama.Config {
 	sc := kafka.DefaultSaramaSubscriberConfig()
 	sc.Consumer.Offsets.Initial = sarama.OffsetOldest
 	sc.Consumer.MaxWaitTime = 50 * time.Millisecond
 	sc.Consumer.Group.Session.Timeout = 2 * time.Second
 	sc.Consumer.Group.Heartbeat.Interval = 500 * time.Millisecond
+	sc.Consumer.Group.Rebalance.Timeout = 3 * time.Second
 	sc.Consumer.Offsets.AutoCommit.Interval = time.Second
+	sc.Version = sarama.V2_3_0_0
+	sc.Consumer.Group.InstanceId = fmt.Sprintf("%s-%d", o.run, o.slot)
 	return sc
 }
 
@@ -40,7 +45,7 @@ func subscriber(o options) (message.Subscriber, string, error) {
 		sub, err := kafka.NewSubscriber(kafka.SubscriberConfig{
 			Brokers:               kafkaBrokers(o),
 			Unmarshaler:           kafka.DefaultMarshaler{},
-			OverwriteSaramaConfig: saramaConfig(),
+			OverwriteSaramaConfig: saramaConfig(o),
 			ConsumerGroup:         o.run,
 			NackResendSleep:       10 * time.Millisecond,
 		}, watermill.NopLogger{})

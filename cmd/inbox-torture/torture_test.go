@@ -1,0 +1,129 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+)
+
+// The tests run the command itself: the test binary re-executes itself with
+// INBOX_TORTURE_MAIN=1, and so do the workers it starts.
+const mainEnv = "INBOX_TORTURE_MAIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(mainEnv) == "1" {
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// unavailable fails the test under CI and skips it elsewhere.
+func unavailable(t *testing.T, what, variable string, err error) {
+	t.Helper()
+	msg := what + " is not reachable (set " + variable + "): " + err.Error()
+	if os.Getenv("CI") != "" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+}
+
+// need checks that the scenario's database and broker answer.
+func need(t *testing.T, db, transport string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	switch db {
+	case "postgres":
+		conn, err := pgx.Connect(ctx, defaultDSN(db))
+		if err != nil {
+			unavailable(t, "PostgreSQL", "INBOX_POSTGRES_DSN", err)
+		}
+		_ = conn.Close(ctx)
+	}
+	switch transport {
+	case "kafka":
+		brokers := envOr("KAFKA_BROKERS", "")
+		if brokers == "" {
+			if os.Getenv("CI") != "" {
+				t.Fatal("KAFKA_BROKERS is not set: .ci/run starts the dev broker (scripts/kafka-dev.sh) and sets it")
+			}
+			brokers = "127.0.0.1:9092"
+		}
+		conn, err := net.DialTimeout("tcp", strings.Split(brokers, ",")[0], 3*time.Second)
+		if err != nil {
+			unavailable(t, "Kafka", "KAFKA_BROKERS (scripts/kafka-dev.sh starts the dev broker)", err)
+		}
+		_ = conn.Close()
+	case "rabbitmq":
+		url := envOr("INBOX_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
+		host := strings.TrimSuffix(url[strings.LastIndex(url, "@")+1:], "/")
+		conn, err := net.DialTimeout("tcp", host, 3*time.Second)
+		if err != nil {
+			unavailable(t, "RabbitMQ", "INBOX_AMQP_URL", err)
+		}
+		_ = conn.Close()
+	}
+}
+
+// TestSeedScenario runs the harness's short configurations: 8 worker processes racing
+// over 60 messages, with kills, kills right after a commit, terminated database
+// connections and failing handlers. The harness exits 1 when any message is lost or
+// applied twice.
+func TestSeedScenario(t *testing.T) {
+	t.Parallel()
+	faults := []string{"-workers", "8", "-messages", "60", "-kill-every", "200ms", "-terminate-every", "100ms",
+		"-fail-rate", "0.2", "-crash-rate", "0.05", "-duration", "60s"}
+	for _, tc := range []struct {
+		db, transport string
+		args          []string
+	}{
+		// Every worker gets every message: 8 copies race on each key.
+		{"postgres", "direct", []string{"-copies", "8", "-handler-delay", "100ms"}},
+		{"postgres", "rabbitmq", []string{"-handler-delay", "100ms"}},
+		{"postgres", "kafka", []string{"-handler-delay", "100ms"}},
+	} {
+		t.Run(tc.db+"/"+tc.transport, func(t *testing.T) {
+			t.Parallel()
+			need(t, tc.db, tc.transport)
+			args := append([]string{"-db", tc.db, "-transport", tc.transport, "-quiet"}, faults...)
+			args = append(args, tc.args...)
+			cmd := exec.Command(os.Args[0], args...)
+			cmd.Env = append(os.Environ(), mainEnv+"=1")
+			var out bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &out
+			err := cmd.Run()
+			t.Logf("inbox-torture %s\n%s", strings.Join(args, " "), out.String())
+			require.NoError(t, err, "the harness found a discrepancy or could not run")
+			report := out.String()
+			require.Contains(t, report, "OK: every message applied exactly once")
+			require.Contains(t, report, "ledger                  60 entries, 60 inbox keys, for 60 messages")
+			// The faults happened: duplicates raced, handlers failed, workers died,
+			// connections were terminated.
+			require.Positive(t, figure(t, report, `duplicates skipped\s+(\d+)`), "duplicates")
+			require.Positive(t, figure(t, report, `failures retried\s+(\d+) injected`), "injected failures")
+			require.Positive(t, figure(t, report, `kills\s+(\d+) by the parent`)+figure(t, report, `by the parent, (\d+) after a commit`), "kills")
+			require.Positive(t, figure(t, report, `connections terminated\s+(\d+)`), "terminated connections")
+		})
+	}
+}
+
+// figure returns the number the pattern's group matches in the report.
+func figure(t *testing.T, report, pattern string) int {
+	t.Helper()
+	m := regexp.MustCompile(pattern).FindStringSubmatch(report)
+	require.NotNil(t, m, "no %q in the report", pattern)
+	n, err := strconv.Atoi(m[1])
+	require.NoError(t, err)
+	return n
+}
