@@ -62,6 +62,7 @@ const (
 	mysqlLockWaitTimeout  = 1205 // ER_LOCK_WAIT_TIMEOUT
 	mysqlDeadlock         = 1213 // ER_LOCK_DEADLOCK
 	mysqlLockNowait       = 3572 // ER_LOCK_NOWAIT (MySQL)
+	mysqlRollbackOnCommit = 3101 // ER_TRANSACTION_ROLLBACK_DURING_COMMIT: a Group Replication conflict
 	mysqlNoSuchTable      = 1146 // ER_NO_SUCH_TABLE
 	mysqlBadField         = 1054 // ER_BAD_FIELD_ERROR
 	mysqlSerializationSQL = "40001"
@@ -107,9 +108,11 @@ func NewMySQLStore(db SQLDB, cfg MySQLConfig) (*MySQLStore, error) {
 		verify: "SELECT (SELECT COUNT(*) FROM (SELECT `consumer`, `key`, `processed_at`, `fingerprint`, `output` FROM " + t + " LIMIT 0) i)" +
 			" + (SELECT COUNT(*) FROM (SELECT `consumer`, `key`, `started`, `ended`, `started_at` FROM " + a + " LIMIT 0) a)",
 		// MariaDB's SET STATEMENT ... FOR does not exist in MySQL, and MySQL's SET_VAR hint
-		// refuses innodb_lock_wait_timeout (warning 3637): so a session SET, saving the
-		// session's own value in a user variable, and a restore after the insert.
-		lockSet:      fmt.Sprintf("SET @inbox_lock_wait_timeout = @@SESSION.innodb_lock_wait_timeout, SESSION innodb_lock_wait_timeout = %d", seconds),
+		// refuses innodb_lock_wait_timeout (warning 3637): so a session SET and a restore
+		// after the insert. The session's own value is saved in a user variable the first
+		// time only, so that a restore a cancellation skipped is made good by the next
+		// claim on that connection.
+		lockSet:      fmt.Sprintf("SET @inbox_lock_wait_timeout = CAST(COALESCE(@inbox_lock_wait_timeout, @@SESSION.innodb_lock_wait_timeout) AS UNSIGNED), SESSION innodb_lock_wait_timeout = %d", seconds),
 		lockRestored: "SET SESSION innodb_lock_wait_timeout = @inbox_lock_wait_timeout",
 	}}, nil
 }
@@ -314,7 +317,7 @@ func (s *MySQLStore) wrap(doing string, err error) error {
 	if errors.As(err, &myErr) {
 		switch {
 		case myErr.Number == mysqlDeadlock, myErr.Number == mysqlLockWaitTimeout, myErr.Number == mysqlLockNowait,
-			string(myErr.SQLState[:]) == mysqlSerializationSQL:
+			myErr.Number == mysqlRollbackOnCommit, string(myErr.SQLState[:]) == mysqlSerializationSQL:
 			return fmt.Errorf("inbox: %s: %w: %w", doing, ErrContended, err)
 		case myErr.Number == mysqlNoSuchTable, myErr.Number == mysqlBadField:
 			return fmt.Errorf("inbox: %s: %w: table %q or %q is missing or outdated: run schema/mysql.sql, `inbox schema mysql`, or (*MySQLStore).CreateSchema: %w",
