@@ -199,3 +199,35 @@ func TestSQLStoresReportCancellation(t *testing.T) {
 		})
 	}
 }
+
+// TestMySQLStoreDuplicateKeepsJoinedTx checks that error 1062 undoes the insert only: a
+// duplicate claimed in the caller's transaction leaves its earlier writes in place.
+func TestMySQLStoreDuplicateKeepsJoinedTx(t *testing.T) {
+	t.Parallel()
+	for _, server := range mysqlServers() {
+		t.Run(server.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db := openSQL(t, "mysql", server.dsn(t), server.name, "INBOX_MARIADB_DSN or INBOX_MYSQL_DSN")
+			store := newMySQLStore(t, db, inbox.MySQLConfig{})
+			l := newSQLLedger(t, db, true)
+			rec := inbox.Record{Consumer: "billing", Key: "order-1", Fingerprint: []byte("fp")}
+			claim, err := store.Claim(ctx, rec)
+			require.NoError(t, err)
+			require.NoError(t, claim.Tx.Commit(ctx, []byte("out")))
+
+			tx, err := db.BeginTx(ctx, nil)
+			require.NoError(t, err)
+			require.NoError(t, l.credit(inbox.ContextWithTx(ctx, tx), 5))
+			claim, err = store.ClaimIn(ctx, tx, rec)
+			require.NoError(t, err)
+			require.True(t, claim.Duplicate)
+			require.Equal(t, []byte("fp"), claim.Fingerprint)
+			require.Equal(t, []byte("out"), claim.Output)
+			require.NoError(t, l.credit(inbox.ContextWithTx(ctx, tx), 7))
+			require.NoError(t, tx.Commit())
+			total, credits := l.balance(t)
+			require.Equal(t, [2]int{12, 2}, [2]int{total, credits})
+		})
+	}
+}
