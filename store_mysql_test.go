@@ -49,9 +49,13 @@ func TestMySQLStoreAnyDSN(t *testing.T) {
 				"time_zone":         "'+09:00'",
 				"collation":         "utf8mb4_general_ci",
 			})
-			exerciseStore(t, mysqlFlavour(server.name, func(t testing.TB) *sql.DB {
+			open := func(t testing.TB) *sql.DB {
 				return openSQL(t, "mysql", dsn, server.name, "INBOX_MARIADB_DSN or INBOX_MYSQL_DSN")
-			}))
+			}
+			var zone, collation string
+			require.NoError(t, open(t).QueryRow("SELECT @@time_zone, @@collation_connection").Scan(&zone, &collation))
+			require.Equal(t, [2]string{"+09:00", "utf8mb4_general_ci"}, [2]string{zone, collation}, "the DSN options apply")
+			exerciseStore(t, mysqlFlavour(server.name, open))
 		})
 	}
 }
