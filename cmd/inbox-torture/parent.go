@@ -37,9 +37,9 @@ type event struct {
 
 // counts are what the run did.
 type counts struct {
-	processed, duplicates, failedInjected, failedDB int
-	crashes, kills, restarts                        int
-	terminations                                    atomic.Int64
+	processed, duplicates, failedInjected, failedDB, contended int
+	crashes, kills, restarts                                   int
+	terminations                                               atomic.Int64
 }
 
 type parent struct {
@@ -304,10 +304,13 @@ func (p *parent) handle(ev event) {
 			p.remaining--
 		}
 	case "fail":
-		if len(fields) > 2 && fields[2] == "injected" {
-			p.c.failedInjected++
-		} else {
+		switch {
+		case len(fields) < 3 || fields[2] == "db":
 			p.c.failedDB++
+		case fields[2] == "injected":
+			p.c.failedInjected++
+		case fields[2] == "contended":
+			p.c.contended++
 		}
 		if w.inflight[d] {
 			delete(w.inflight, d)
@@ -486,7 +489,7 @@ func (p *parent) print(wall time.Duration, s ledgerState, problems []string) {
 		float64(o.messages)/wall.Seconds(), float64(deliveries-p.remaining)/wall.Seconds())
 	fmt.Printf("  processed (reported)    %d, plus %d committed then crashed before the ack\n", p.c.processed, p.c.crashes)
 	fmt.Printf("  duplicates skipped      %d\n", p.c.duplicates)
-	fmt.Printf("  failures retried        %d injected, %d database errors\n", p.c.failedInjected, p.c.failedDB)
+	fmt.Printf("  failures retried        %d injected, %d database errors, %d contended (ErrContended)\n", p.c.failedInjected, p.c.failedDB, p.c.contended)
 	fmt.Printf("  kills                   %d by the parent, %d after a commit before the ack; %d restarts\n", p.c.kills, p.c.crashes, p.c.restarts)
 	fmt.Printf("  connections terminated  %d\n", p.c.terminations.Load())
 	fmt.Printf("  ledger                  %d entries, %d inbox keys, for %d messages\n", len(s.entries), len(s.keys), o.messages)

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"net"
 	"os"
 	"os/exec"
@@ -50,6 +51,15 @@ func need(t *testing.T, db, transport string) {
 			unavailable(t, "PostgreSQL", "INBOX_POSTGRES_DSN", err)
 		}
 		_ = conn.Close(ctx)
+	case "mariadb":
+		conn, err := sql.Open("mysql", defaultDSN(db))
+		if err == nil {
+			err = conn.PingContext(ctx)
+			_ = conn.Close()
+		}
+		if err != nil {
+			unavailable(t, "MariaDB", "INBOX_MARIADB_DSN", err)
+		}
 	}
 	switch transport {
 	case "kafka":
@@ -92,6 +102,9 @@ func TestSeedScenario(t *testing.T) {
 		{"postgres", "direct", []string{"-copies", "8", "-handler-delay", "100ms"}},
 		{"postgres", "rabbitmq", []string{"-handler-delay", "100ms"}},
 		{"postgres", "kafka", []string{"-handler-delay", "100ms"}},
+		{"mariadb", "direct", []string{"-copies", "8", "-handler-delay", "100ms"}},
+		{"mariadb", "rabbitmq", []string{"-handler-delay", "100ms"}},
+		{"mariadb", "kafka", []string{"-handler-delay", "100ms"}},
 	} {
 		t.Run(tc.db+"/"+tc.transport, func(t *testing.T) {
 			t.Parallel()

@@ -24,7 +24,7 @@ import (
 //	ready
 //	ok <key> <copy>       processed and committed; the ack follows
 //	dup <key> <copy>      a duplicate, skipped
-//	fail <key> <copy> injected|db
+//	fail <key> <copy> injected|contended|db
 //	crash <key> <copy>    committed, and about to SIGKILL itself before the ack
 
 // errInjected is the failure a handler returns on purpose, after writing.
@@ -109,6 +109,8 @@ func (w *worker) done(key, copy string, duplicate bool, err error) {
 	switch {
 	case errors.Is(err, errInjected):
 		report("fail %s %s injected", key, copy)
+	case errors.Is(err, inbox.ErrContended):
+		report("fail %s %s contended", key, copy)
 	case err != nil:
 		fmt.Fprintf(os.Stderr, "worker %d: %s copy %s: %v\n", os.Getpid(), key, copy, err)
 		report("fail %s %s db", key, copy)
