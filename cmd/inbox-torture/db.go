@@ -52,7 +52,7 @@ func openDatabase(ctx context.Context, o options, worker bool) (database, error)
 	switch o.db {
 	case "postgres":
 		return openPostgres(ctx, o, worker)
-	case "mariadb":
+	case "mariadb", "mysql":
 		return openMariaDB(ctx, o, worker)
 	}
 	return nil, fmt.Errorf("unknown database %q", o.db)

@@ -37,9 +37,9 @@ type event struct {
 
 // counts are what the run did.
 type counts struct {
-	processed, duplicates, failedInjected, failedDB, contended int
-	crashes, kills, restarts                                   int
-	terminations                                               atomic.Int64
+	processed, duplicates, waited, failedInjected, failedDB, contended int
+	crashes, kills, restarts                                           int
+	terminations                                                       atomic.Int64
 }
 
 type parent struct {
@@ -274,6 +274,10 @@ func (p *parent) handle(ev event) {
 		return
 	}
 	verb, rest, _ := strings.Cut(ev.line, " ")
+	if verb == "waited" {
+		p.c.waited++
+		return
+	}
 	if verb == "ready" {
 		w.ready = true
 		p.dispatch()
@@ -488,7 +492,7 @@ func (p *parent) print(wall time.Duration, s ledgerState, problems []string) {
 	fmt.Printf("  wall time               %v (%.0f messages/s, %.0f deliveries/s)\n", wall.Round(time.Millisecond),
 		float64(o.messages)/wall.Seconds(), float64(deliveries-p.remaining)/wall.Seconds())
 	fmt.Printf("  processed (reported)    %d, plus %d committed then crashed before the ack\n", p.c.processed, p.c.crashes)
-	fmt.Printf("  duplicates skipped      %d\n", p.c.duplicates)
+	fmt.Printf("  duplicates skipped      %d (%d claims took 5 ms or more: waits on a concurrent copy)\n", p.c.duplicates, p.c.waited)
 	fmt.Printf("  failures retried        %d injected, %d database errors, %d contended (ErrContended)\n", p.c.failedInjected, p.c.failedDB, p.c.contended)
 	fmt.Printf("  kills                   %d by the parent, %d after a commit before the ack; %d restarts\n", p.c.kills, p.c.crashes, p.c.restarts)
 	fmt.Printf("  connections terminated  %d\n", p.c.terminations.Load())

@@ -26,6 +26,8 @@ import (
 //	dup <key> <copy>      a duplicate, skipped
 //	fail <key> <copy> injected|contended|db
 //	crash <key> <copy>    committed, and about to SIGKILL itself before the ack
+//	waited                a duplicate's claim took 5 ms or more: it most likely waited
+//	                      for the concurrent transaction that held its key
 
 // errInjected is the failure a handler returns on purpose, after writing.
 var errInjected = errors.New("injected handler failure")
@@ -69,7 +71,7 @@ func runWorker(ctx context.Context, o options) error {
 		return err
 	}
 	defer db.close()
-	ib, err := inbox.New(inbox.Config{Store: db.store(), Consumer: consumer, OnDuplicate: inbox.Skip})
+	ib, err := inbox.New(inbox.Config{Store: db.store(), Consumer: consumer, OnDuplicate: inbox.Skip, Observer: waitObserver{}})
 	if err != nil {
 		return err
 	}
@@ -79,6 +81,16 @@ func runWorker(ctx context.Context, o options) error {
 		return w.direct(ctx)
 	default:
 		return w.broker(ctx)
+	}
+}
+
+// waitObserver reports duplicates whose claim was slow, which is how a claim that waited
+// on a concurrent delivery's transaction shows from outside (a figure, not a check).
+type waitObserver struct{}
+
+func (waitObserver) Observe(_ string, outcome inbox.Outcome, wait time.Duration) {
+	if outcome == inbox.OutcomeDuplicate && wait >= 5*time.Millisecond {
+		report("waited")
 	}
 }
 
