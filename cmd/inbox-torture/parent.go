@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"os/signal"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -67,11 +68,11 @@ func runParent(ctx context.Context, o options) (bool, error) {
 		return false, err
 	}
 	defer db.close()
-	if err := db.setup(ctx, o.accounts); err != nil {
-		return false, fmt.Errorf("creating the tables of run %s: %w", o.run, err)
-	}
 	if !o.keep {
 		defer func() { _ = db.drop(context.WithoutCancel(ctx)) }()
+	}
+	if err := db.setup(ctx, o.accounts); err != nil {
+		return false, fmt.Errorf("creating the tables of run %s: %w", o.run, err)
 	}
 	if o.transport != "direct" {
 		if !o.keep {
@@ -123,7 +124,7 @@ func runParent(ctx context.Context, o options) (bool, error) {
 	}
 	problems := check(o, state)
 	if !finished {
-		problems = append([]string{fmt.Sprintf("%d of %d deliveries not handled within -duration %v", p.remaining, o.messages*o.copies, o.duration)}, problems...)
+		problems = append([]string{fmt.Sprintf("%d of %d deliveries not handled (-duration %v passed, or interrupted)", p.remaining, o.messages*o.copies, o.duration)}, problems...)
 	}
 	p.print(wall, state, problems)
 	return len(problems) == 0, nil
@@ -230,6 +231,9 @@ func (p *parent) loop() bool {
 	}
 	progress := time.NewTicker(5 * time.Second)
 	defer progress.Stop()
+	interrupted := make(chan os.Signal, 1) // Ctrl-C stops early, and still checks
+	signal.Notify(interrupted, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(interrupted)
 	for p.remaining > 0 {
 		select {
 		case ev := <-p.events:
@@ -241,6 +245,9 @@ func (p *parent) loop() bool {
 			p.o.logf("%d deliveries left; processed %d, duplicates %d, failures %d+%d, kills %d+%d, terminations %d",
 				p.remaining, p.c.processed, p.c.duplicates, p.c.failedInjected, p.c.failedDB, p.c.kills, p.c.crashes, p.c.terminations.Load())
 		case <-deadline:
+			return false
+		case <-interrupted:
+			p.o.logf("interrupted: stopping the workers and checking the ledger")
 			return false
 		}
 	}
@@ -479,7 +486,7 @@ func check(o options, s ledgerState) []string {
 		report("the inbox holds %d keys (%d distinct) for %d messages", len(s.keys), len(keys), o.messages)
 	}
 	if lost+twice+wrong > 0 {
-		problems = append([]string{fmt.Sprintf("%d messages lost, %d applied more than once, %d applied wrongly", lost, twice, wrong)}, problems...)
+		problems = append([]string{fmt.Sprintf("%d messages never applied (lost, or not delivered yet), %d applied more than once, %d applied wrongly", lost, twice, wrong)}, problems...)
 	}
 	return problems
 }
@@ -490,7 +497,7 @@ func (p *parent) print(wall time.Duration, s ledgerState, problems []string) {
 	fmt.Printf("inbox-torture %s/%s: %d workers, %d messages × %d copies, %d accounts, kill every %v, terminate every %v, fail rate %g, crash rate %g\n",
 		o.db, o.transport, o.workers, o.messages, o.copies, o.accounts, o.killEvery, o.terminateEvery, o.failRate, o.crashRate)
 	fmt.Printf("  wall time               %v (%.0f messages/s, %.0f deliveries/s)\n", wall.Round(time.Millisecond),
-		float64(o.messages)/wall.Seconds(), float64(deliveries-p.remaining)/wall.Seconds())
+		float64(len(s.keys))/wall.Seconds(), float64(deliveries-p.remaining)/wall.Seconds())
 	fmt.Printf("  processed (reported)    %d, plus %d committed then crashed before the ack\n", p.c.processed, p.c.crashes)
 	fmt.Printf("  duplicates skipped      %d (%d claims took 5 ms or more: waits on a concurrent copy)\n", p.c.duplicates, p.c.waited)
 	fmt.Printf("  failures retried        %d injected, %d database errors, %d contended (ErrContended)\n", p.c.failedInjected, p.c.failedDB, p.c.contended)
