@@ -90,18 +90,23 @@ func (m *mariaDB) setup(ctx context.Context, accounts int) error {
 	return nil
 }
 
+// mysqlBadProcesslistText is the error MySQL 9 fails a process list query with when
+// another session's statement text, shown with its parameters (a binary fingerprint), is
+// not valid UTF-8 (ER_CANNOT_CONVERT_STRING). It passes; the next query will do.
+const mysqlBadProcesslistText = 3854
+
 func (m *mariaDB) terminate(ctx context.Context) (bool, error) {
 	var id int64
 	err := m.db.QueryRowContext(ctx, `SELECT id FROM information_schema.PROCESSLIST WHERE db = ?
 		ORDER BY (command <> 'Sleep') DESC, RAND() LIMIT 1`, m.run).Scan(&id)
-	if err == sql.ErrNoRows {
+	var myErr *mysql.MySQLError
+	if err == sql.ErrNoRows || errors.As(err, &myErr) && myErr.Number == mysqlBadProcesslistText {
 		return false, nil
 	}
 	if err != nil {
 		return false, err
 	}
 	if _, err := m.db.ExecContext(ctx, fmt.Sprintf("KILL %d", id)); err != nil {
-		var myErr *mysql.MySQLError
 		if errors.As(err, &myErr) && myErr.Number == 1094 { // ER_NO_SUCH_THREAD: it went first
 			return false, nil
 		}

@@ -499,7 +499,7 @@ func (p *parent) print(wall time.Duration, s ledgerState, problems []string) {
 	fmt.Printf("  wall time               %v (%.0f messages/s, %.0f deliveries/s)\n", wall.Round(time.Millisecond),
 		float64(len(s.keys))/wall.Seconds(), float64(deliveries-p.remaining)/wall.Seconds())
 	fmt.Printf("  processed (reported)    %d, plus %d committed then crashed before the ack\n", p.c.processed, p.c.crashes)
-	fmt.Printf("  duplicates skipped      %d (%d claims took 5 ms or more: waits on a concurrent copy)\n", p.c.duplicates, p.c.waited)
+	fmt.Printf("  duplicates skipped      %d (%d of their claims took 5 ms or more: the concurrent-duplicate wait, or a busy machine)\n", p.c.duplicates, p.c.waited)
 	fmt.Printf("  failures retried        %d injected, %d database errors, %d contended (ErrContended)\n", p.c.failedInjected, p.c.failedDB, p.c.contended)
 	fmt.Printf("  kills                   %d by the parent, %d after a commit before the ack; %d restarts\n", p.c.kills, p.c.crashes, p.c.restarts)
 	fmt.Printf("  connections terminated  %d\n", p.c.terminations.Load())

@@ -99,7 +99,7 @@ func need(t *testing.T, db, transport string) {
 // applied twice.
 func TestSeedScenario(t *testing.T) {
 	t.Parallel()
-	faults := []string{"-workers", "8", "-messages", "60", "-kill-every", "200ms", "-terminate-every", "100ms",
+	faults := []string{"-workers", "8", "-messages", "60", "-kill-every", "500ms", "-terminate-every", "200ms",
 		"-fail-rate", "0.2", "-crash-rate", "0.05", "-duration", "60s"}
 	for _, tc := range []struct {
 		db, transport string
