@@ -49,9 +49,15 @@ func (l capturingLogger) add(level, msg string, err error, fields watermill.LogF
 func (l capturingLogger) Error(msg string, err error, fields watermill.LogFields) {
 	l.add("error", msg, err, fields)
 }
-func (l capturingLogger) Info(msg string, fields watermill.LogFields)  { l.add("info", msg, nil, fields) }
-func (l capturingLogger) Debug(msg string, fields watermill.LogFields) { l.add("debug", msg, nil, fields) }
-func (l capturingLogger) Trace(msg string, fields watermill.LogFields) { l.add("trace", msg, nil, fields) }
+func (l capturingLogger) Info(msg string, fields watermill.LogFields) {
+	l.add("info", msg, nil, fields)
+}
+func (l capturingLogger) Debug(msg string, fields watermill.LogFields) {
+	l.add("debug", msg, nil, fields)
+}
+func (l capturingLogger) Trace(msg string, fields watermill.LogFields) {
+	l.add("trace", msg, nil, fields)
+}
 func (l capturingLogger) With(fields watermill.LogFields) watermill.LoggerAdapter {
 	return capturingLogger{mu: l.mu, lines: l.lines, fields: l.fields.Add(fields)}
 }
