@@ -204,4 +204,3 @@ func BenchmarkMaxAttempts(b *testing.B) {
 		b.ReportMetric(float64(tWith)/float64(tWithout), "with/without")
 	}
 }
-
