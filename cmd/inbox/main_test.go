@@ -322,3 +322,24 @@ func TestPurge(t *testing.T) {
 		require.Contains(t, res.stdout, "deleted 0 keys older than 720h0m0s from "+table)
 	})
 }
+
+// On a terminal, purge shows its progress on stderr. script(1) gives the binary one.
+func TestPurge_ProgressLineOnATerminal(t *testing.T) {
+	t.Parallel()
+	scriptPath, err := exec.LookPath("script")
+	if err != nil {
+		t.Skip("script(1) from util-linux is needed to run the binary on a terminal")
+	}
+	pool, table := pgTable(t)
+	insertKeys(t, pool, table, "billing", 30, 40*24*time.Hour)
+
+	command := strings.Join([]string{binary, "purge", "--dsn", "'" + postgresDSN() + "'", "--table", table, "--older-than", "720h", "--batch", "10"}, " ")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, scriptPath, "-qec", command, "/dev/null").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	for _, want := range []string{"\rdeleted 10 keys, ", "\rdeleted 20 keys, ", "\rdeleted 30 keys, ", " keys/s, ", " elapsed", "deleted 30 keys older than 720h0m0s from " + table} {
+		require.Contains(t, string(out), want)
+	}
+	require.Zero(t, countKeys(t, pool, table))
+}
