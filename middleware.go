@@ -318,11 +318,15 @@ func (ib *Inbox) process(ctx context.Context, rec Record, fn func(ctx context.Co
 	ended = true
 	if err != nil {
 		ib.observe(rec.Consumer, OutcomeFailed, wait)
-		errs := []error{err, tx.Rollback(ctx)}
+		rollbackErr := tx.Rollback(ctx)
+		var endErr error
 		if ib.cfg.MaxAttempts > 0 {
-			errs = append(errs, ib.cfg.Store.EndAttempt(context.WithoutCancel(ctx), rec.Consumer, rec.Key))
+			endErr = ib.cfg.Store.EndAttempt(context.WithoutCancel(ctx), rec.Consumer, rec.Key)
 		}
-		return Claim{}, wait, errors.Join(errs...)
+		if rollbackErr != nil || endErr != nil {
+			err = errors.Join(err, rollbackErr, endErr)
+		}
+		return Claim{}, wait, err
 	}
 	if err := tx.Commit(ctx, output); err != nil {
 		return Claim{}, wait, errors.Join(ib.fail(rec, OutcomeFailed, err), tx.Rollback(ctx))

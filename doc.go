@@ -1,0 +1,36 @@
+// Package inbox makes Watermill message consumers exactly-once in their effects, with a
+// transactional inbox.
+//
+// The guarantee: for each consumer, a message's database effects are applied once,
+// however often the broker delivers it. The middleware inserts the message's key
+// (consumer + key) into an inbox table in the same transaction as the handler's writes,
+// before the handler runs, and commits before the router acks. A redelivery finds the
+// key and is skipped; a handler that fails rolls its key back with its writes, so the
+// next delivery processes it; a concurrent duplicate waits on the first transaction's
+// index entry, then skips (the first committed) or processes (it rolled back).
+//
+// Effects outside the transaction (HTTP calls, e-mails) are not covered: make those
+// idempotent, or record them through the transaction (an outbox).
+//
+// Usage:
+//
+//	store, err := inbox.NewPostgresStore(pool, inbox.PostgresConfig{}) // *pgxpool.Pool
+//	ib, err := inbox.New(inbox.Config{Store: store})
+//	router.AddMiddleware(ib.Middleware)
+//	router.AddConsumerHandler("billing", "orders", sub, func(msg *message.Message) error {
+//		tx, _ := inbox.TxFromContext[pgx.Tx](msg.Context())
+//		_, err := tx.Exec(msg.Context(), "UPDATE wallets SET cents = cents + 190 WHERE id = $1", "alice")
+//		return err
+//	})
+//
+// Keys come from a KeyFunc: the Watermill UUID by default, or metadata, CloudEvents
+// attributes, a JSON payload field, or the first of several (FirstOf). A message without
+// a key is never processed without deduplication: it fails with ErrNoKey.
+//
+// The messages a handler returns are stored with its key, and a duplicate returns them
+// again (Replay, the default), because the router publishes them after the middleware
+// has committed: if that publish fails, the redelivery still sends them.
+//
+// Stores: PostgresStore (pgx), SQLPostgresStore and MySQLStore (database/sql). Process
+// offers the same behaviour outside Watermill.
+package inbox
