@@ -13,7 +13,12 @@ import (
 
 // storeFlavours lists every store the conformance suite runs against.
 func storeFlavours() []storeFlavour {
-	return []storeFlavour{pgxFlavour()}
+	return []storeFlavour{
+		pgxFlavour(),
+		sqlPostgresFlavour(),
+		mysqlFlavour("mariadb", mariaDB),
+		mysqlFlavour("mysql", mysqlDB),
+	}
 }
 
 // endTx commits the inbox transaction in ctx behind the middleware's back, as a handler

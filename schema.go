@@ -12,6 +12,9 @@ import (
 var (
 	//go:embed schema/postgres.sql
 	postgresSchema string
+
+	//go:embed schema/mysql.sql
+	mysqlSchema string
 )
 
 // DefaultTable is the inbox table's default name. A store also uses the table
@@ -46,4 +49,29 @@ func PostgresSchema(table string) (string, error) {
 		return "", fmt.Errorf("inbox: %w", err)
 	}
 	return withTable(postgresSchema, `"`, table), nil
+}
+
+// MySQLSchema returns the MySQL and MariaDB DDL (schema/mysql.sql) for an inbox table
+// named table. It holds several statements: run them one by one, or with a connection
+// that allows multiStatements.
+func MySQLSchema(table string) (string, error) {
+	if err := validateTable(table); err != nil {
+		return "", fmt.Errorf("inbox: %w", err)
+	}
+	return withTable(mysqlSchema, "`", table), nil
+}
+
+// sqlStatements splits a schema file of ours into its statements, each ended by ";" at
+// the end of a line, and drops the parts that hold only comments.
+func sqlStatements(ddl string) []string {
+	var stmts []string
+	for _, part := range strings.Split(ddl, ";\n") {
+		for _, line := range strings.Split(part, "\n") {
+			if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "--") {
+				stmts = append(stmts, strings.TrimSpace(part))
+				break
+			}
+		}
+	}
+	return stmts
 }

@@ -50,9 +50,9 @@ type PostgresStore struct {
 var _ Store = (*PostgresStore)(nil)
 
 type postgresQueries struct {
-	insert, stored, setOutput             string
-	startAttempt, endAttempt              string
-	forget, purge, stats, verify, lockSet string
+	insert, stored, setOutput                        string
+	startAttempt, endAttempt                         string
+	forget, purge, stats, verify, lockSet, lockReset string
 }
 
 // NewPostgresStore returns a PostgresStore over db. It checks the config but not the
@@ -73,9 +73,15 @@ func NewPostgresStore(db PgxDB, cfg PostgresConfig) (*PostgresStore, error) {
 	if cfg.LockTimeout < 0 {
 		return nil, fmt.Errorf("inbox: invalid store config: LockTimeout is %v: use 0 for no bound, or a positive duration", cfg.LockTimeout)
 	}
-	t := pgx.Identifier{cfg.Table}.Sanitize()
-	a := pgx.Identifier{cfg.Table + "_attempts"}.Sanitize()
-	return &PostgresStore{db: db, cfg: cfg, sql: postgresQueries{
+	return &PostgresStore{db: db, cfg: cfg, sql: newPostgresQueries(cfg.Table)}, nil
+}
+
+// newPostgresQueries returns the statements of the PostgreSQL stores (pgx and
+// database/sql) on table and <table>_attempts.
+func newPostgresQueries(table string) postgresQueries {
+	t := pgx.Identifier{table}.Sanitize()
+	a := pgx.Identifier{table + "_attempts"}.Sanitize()
+	return postgresQueries{
 		insert:       `INSERT INTO ` + t + ` (consumer, key, fingerprint) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`,
 		stored:       `SELECT fingerprint, output FROM ` + t + ` WHERE consumer = $1 AND key = $2`,
 		setOutput:    `UPDATE ` + t + ` SET output = $3 WHERE consumer = $1 AND key = $2`,
@@ -84,10 +90,11 @@ func NewPostgresStore(db PgxDB, cfg PostgresConfig) (*PostgresStore, error) {
 		forget:       `WITH a AS (DELETE FROM ` + a + ` WHERE consumer = $1 AND key = $2) DELETE FROM ` + t + ` WHERE consumer = $1 AND key = $2`,
 		purge: `WITH a AS (DELETE FROM ` + a + ` WHERE ctid IN (SELECT ctid FROM ` + a + ` WHERE started_at < $1 LIMIT $2))
 			DELETE FROM ` + t + ` WHERE ctid IN (SELECT ctid FROM ` + t + ` WHERE processed_at < $1 LIMIT $2)`,
-		stats:   `SELECT consumer, count(*), min(processed_at) FROM ` + t + ` GROUP BY consumer ORDER BY consumer`,
-		verify:  `SELECT (SELECT count(*) FROM (SELECT consumer, key, processed_at, fingerprint, output FROM ` + t + ` LIMIT 0) t) + (SELECT count(*) FROM (SELECT consumer, key, started, ended, started_at FROM ` + a + ` LIMIT 0) a)`,
-		lockSet: `SELECT set_config('lock_timeout', $1, true)`,
-	}}, nil
+		stats:     `SELECT consumer, count(*), min(processed_at) FROM ` + t + ` GROUP BY consumer ORDER BY consumer`,
+		verify:    `SELECT (SELECT count(*) FROM (SELECT consumer, key, processed_at, fingerprint, output FROM ` + t + ` LIMIT 0) t) + (SELECT count(*) FROM (SELECT consumer, key, started, ended, started_at FROM ` + a + ` LIMIT 0) a)`,
+		lockSet:   `SELECT set_config('lock_timeout', $1, true)`,
+		lockReset: `SET LOCAL lock_timeout TO DEFAULT`,
+	}
 }
 
 // CreateSchema creates the store's tables and index if they do not exist, with the DDL of
@@ -136,7 +143,7 @@ func (s *PostgresStore) claim(ctx context.Context, tx pgx.Tx, rec Record, joined
 	batch.Queue(s.sql.insert, rec.Consumer, rec.Key, rec.Fingerprint)
 	batch.Queue(s.sql.stored, rec.Consumer, rec.Key)
 	if s.cfg.LockTimeout > 0 {
-		batch.Queue(`SET LOCAL lock_timeout TO DEFAULT`)
+		batch.Queue(s.sql.lockReset)
 	}
 	results := tx.SendBatch(ctx, batch)
 	defer results.Close()
@@ -230,14 +237,20 @@ func (s *PostgresStore) Verify(ctx context.Context) error {
 
 // wrap names what failed and classifies PostgreSQL's own error codes.
 func (s *PostgresStore) wrap(doing string, err error) error {
+	return wrapPostgres(doing, s.cfg.Table, "(*PostgresStore).CreateSchema", err)
+}
+
+// wrapPostgres names what failed and classifies PostgreSQL's own error codes, for both
+// PostgreSQL stores (pgconn.PgError comes through pgx's stdlib driver too).
+func wrapPostgres(doing, table, createSchema string, err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {
 		case "40001", "40P01", "55P03": // serialization_failure, deadlock_detected, lock_not_available
 			return fmt.Errorf("inbox: %s: %w: %w", doing, ErrContended, err)
 		case "42P01", "42703": // undefined_table, undefined_column
-			return fmt.Errorf("inbox: %s: %w: table %q or %q is missing or outdated: run schema/postgres.sql, `inbox schema postgres`, or (*PostgresStore).CreateSchema: %w",
-				doing, ErrNoTable, s.cfg.Table, s.cfg.Table+"_attempts", err)
+			return fmt.Errorf("inbox: %s: %w: table %q or %q is missing or outdated: run schema/postgres.sql, `inbox schema postgres`, or %s: %w",
+				doing, ErrNoTable, table, table+"_attempts", createSchema, err)
 		}
 	}
 	return fmt.Errorf("inbox: %s: %w", doing, err)

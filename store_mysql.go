@@ -1,0 +1,328 @@
+package inbox
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// MySQLConfig configures a MySQLStore.
+type MySQLConfig struct {
+	// Table is the inbox table; the store also uses <Table>_attempts. Create both with
+	// schema/mysql.sql or CreateSchema. Defaults to "inbox".
+	Table string
+
+	// Isolation is the isolation level of the transactions the store begins. Defaults to
+	// sql.LevelDefault, which the store takes as READ COMMITTED (InnoDB's own default is
+	// REPEATABLE READ).
+	Isolation sql.IsolationLevel
+
+	// LockTimeout bounds how long a claim waits on a concurrent duplicate's transaction:
+	// innodb_lock_wait_timeout, which counts whole seconds, so it is rounded up to the
+	// next second. It is set on the session for the inbox statement only and restored
+	// after it. When it expires the claim fails with ErrContended and the message comes
+	// again. Defaults to 0: wait as long as the server's innodb_lock_wait_timeout allows
+	// (50 s unless configured).
+	LockTimeout time.Duration
+}
+
+// MySQLStore is a Store on MySQL 8+ or MariaDB 10.11+ (InnoDB) through database/sql, with
+// the driver github.com/go-sql-driver/mysql. Handlers get a *sql.Tx from TxFromContext.
+// database/sql rolls the transaction back by itself when the message context is
+// cancelled; the commit then fails with the context's error.
+//
+// It works with any DSN of that driver: it needs neither parseTime, multiStatements nor
+// a particular clientFoundRows, time zone or collation.
+type MySQLStore struct {
+	db  SQLDB
+	cfg MySQLConfig
+	sql mysqlQueries
+}
+
+var _ Store = (*MySQLStore)(nil)
+
+type mysqlQueries struct {
+	insert, stored, setOutput                   string
+	startAttempt, attemptCount, endAttempt      string
+	forgetAttempts, forget, purgeAttempts       string
+	purge, stats, verify, lockSet, lockRestored string
+}
+
+// mysqlTimeFormat is how the store writes and reads its DATETIME(6) columns, in UTC, so
+// that neither the session time zone nor the DSN's parseTime and loc matter.
+const mysqlTimeFormat = "2006-01-02 15:04:05.999999"
+
+// Error numbers of MySQL and MariaDB the store classifies.
+const (
+	mysqlDuplicateEntry   = 1062 // ER_DUP_ENTRY
+	mysqlLockWaitTimeout  = 1205 // ER_LOCK_WAIT_TIMEOUT
+	mysqlDeadlock         = 1213 // ER_LOCK_DEADLOCK
+	mysqlLockNowait       = 3572 // ER_LOCK_NOWAIT (MySQL)
+	mysqlRollbackOnCommit = 3101 // ER_TRANSACTION_ROLLBACK_DURING_COMMIT: a Group Replication conflict
+	mysqlNoSuchTable      = 1146 // ER_NO_SUCH_TABLE
+	mysqlBadField         = 1054 // ER_BAD_FIELD_ERROR
+	mysqlSerializationSQL = "40001"
+)
+
+// NewMySQLStore returns a MySQLStore over db, a *sql.DB opened with the "mysql" driver.
+// It checks the config but not the database; New verifies the tables.
+func NewMySQLStore(db SQLDB, cfg MySQLConfig) (*MySQLStore, error) {
+	if db == nil {
+		return nil, errors.New("inbox: invalid store config: db is nil: pass a *sql.DB opened with the \"mysql\" driver")
+	}
+	if cfg.Table == "" {
+		cfg.Table = DefaultTable
+	}
+	if err := validateTable(cfg.Table); err != nil {
+		return nil, fmt.Errorf("inbox: invalid store config: %w", err)
+	}
+	if cfg.Isolation == sql.LevelDefault {
+		cfg.Isolation = sql.LevelReadCommitted
+	}
+	if cfg.LockTimeout < 0 {
+		return nil, fmt.Errorf("inbox: invalid store config: LockTimeout is %v: use 0 for no bound, or a positive duration", cfg.LockTimeout)
+	}
+	t := "`" + cfg.Table + "`"
+	a := "`" + cfg.Table + "_attempts`"
+	where := " WHERE `consumer` = ? AND `key` = ?"
+	// innodb_lock_wait_timeout counts whole seconds, at least 1.
+	seconds := int64((cfg.LockTimeout + time.Second - 1) / time.Second)
+	return &MySQLStore{db: db, cfg: cfg, sql: mysqlQueries{
+		insert: "INSERT INTO " + t + " (`consumer`, `key`, `fingerprint`) VALUES (?, ?, ?)",
+		// A locking read sees the latest committed row whatever the isolation level; the
+		// duplicate-key check holds a shared lock on it already.
+		stored:         "SELECT `fingerprint`, `output` FROM " + t + where + " LOCK IN SHARE MODE",
+		setOutput:      "UPDATE " + t + " SET `output` = ?" + where,
+		startAttempt:   "INSERT INTO " + a + " (`consumer`, `key`) VALUES (?, ?) ON DUPLICATE KEY UPDATE `started` = `started` + 1",
+		attemptCount:   "SELECT `started` - `ended` - 1 FROM " + a + where,
+		endAttempt:     "UPDATE " + a + " SET `ended` = `ended` + 1" + where,
+		forgetAttempts: "DELETE FROM " + a + where,
+		forget:         "DELETE FROM " + t + where,
+		purgeAttempts:  "DELETE FROM " + a + " WHERE `started_at` < ? ORDER BY `started_at` LIMIT ?",
+		purge:          "DELETE FROM " + t + " WHERE `processed_at` < ? ORDER BY `processed_at` LIMIT ?",
+		stats:          "SELECT `consumer`, COUNT(*), DATE_FORMAT(MIN(`processed_at`), '%Y-%m-%d %H:%i:%s.%f') FROM " + t + " GROUP BY `consumer` ORDER BY `consumer`",
+		verify: "SELECT (SELECT COUNT(*) FROM (SELECT `consumer`, `key`, `processed_at`, `fingerprint`, `output` FROM " + t + " LIMIT 0) i)" +
+			" + (SELECT COUNT(*) FROM (SELECT `consumer`, `key`, `started`, `ended`, `started_at` FROM " + a + " LIMIT 0) a)",
+		// MariaDB's SET STATEMENT ... FOR does not exist in MySQL, and MySQL's SET_VAR hint
+		// refuses innodb_lock_wait_timeout (warning 3637): so a session SET and a restore
+		// after the insert. The session's own value is saved in a user variable the first
+		// time only, so that a restore a cancellation skipped is made good by the next
+		// claim on that connection.
+		lockSet:      fmt.Sprintf("SET @inbox_lock_wait_timeout = CAST(COALESCE(@inbox_lock_wait_timeout, @@SESSION.innodb_lock_wait_timeout) AS UNSIGNED), SESSION innodb_lock_wait_timeout = %d", seconds),
+		lockRestored: "SET SESSION innodb_lock_wait_timeout = @inbox_lock_wait_timeout",
+	}}, nil
+}
+
+// CreateSchema creates the store's tables if they do not exist, with the DDL of
+// schema/mysql.sql, for users who do not run a migration tool. It runs the statements one
+// by one, so the DSN needs no multiStatements.
+func (s *MySQLStore) CreateSchema(ctx context.Context) error {
+	ddl, err := MySQLSchema(s.cfg.Table)
+	if err != nil {
+		return err
+	}
+	for _, stmt := range sqlStatements(ddl) {
+		if _, err := s.db.ExecContext(ctx, stmt); err != nil {
+			return fmt.Errorf("inbox: creating the schema: %w", err)
+		}
+	}
+	return nil
+}
+
+// Claim implements Store.
+func (s *MySQLStore) Claim(ctx context.Context, rec Record) (Claim, error) {
+	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: s.cfg.Isolation})
+	if err != nil {
+		return Claim{}, s.wrap("beginning the transaction", err)
+	}
+	claim, err := s.claim(ctx, tx, rec, false)
+	if err != nil || claim.Duplicate {
+		err = errors.Join(err, rollbackSQL(tx))
+	}
+	return claim, err
+}
+
+// ClaimIn implements Store; tx must be a *sql.Tx.
+func (s *MySQLStore) ClaimIn(ctx context.Context, tx any, rec Record) (Claim, error) {
+	sqlTx, err := joinedSQLTx(tx, "MySQLStore")
+	if err != nil {
+		return Claim{}, err
+	}
+	return s.claim(ctx, sqlTx, rec, true)
+}
+
+// claim inserts the key. A duplicate fails with error 1062, which in InnoDB undoes that
+// statement only, not the transaction; then, and only then, a second statement reads what
+// the first delivery stored.
+func (s *MySQLStore) claim(ctx context.Context, tx *sql.Tx, rec Record, joined bool) (Claim, error) {
+	err := s.insert(ctx, tx, rec)
+	var myErr *mysql.MySQLError
+	if !errors.As(err, &myErr) || myErr.Number != mysqlDuplicateEntry {
+		if err != nil {
+			return Claim{}, s.wrap("inserting the key", err)
+		}
+		return Claim{Tx: &sqlInboxTx{tx: tx, joined: joined, wrap: s.wrap,
+			setOutput: func(ctx context.Context, tx *sql.Tx, output []byte) error {
+				_, err := tx.ExecContext(ctx, s.sql.setOutput, output, rec.Consumer, rec.Key)
+				return err
+			}}}, nil
+	}
+	claim := Claim{Duplicate: true}
+	if err := tx.QueryRowContext(ctx, s.sql.stored, rec.Consumer, rec.Key).Scan(&claim.Fingerprint, &claim.Output); err != nil {
+		if errors.Is(err, sql.ErrNoRows) { // deleted (Forget, purge) since the insert
+			return Claim{}, fmt.Errorf("inbox: the key vanished while being claimed: %w", ErrContended)
+		}
+		return Claim{}, s.wrap("reading the stored key", err)
+	}
+	return claim, nil
+}
+
+// insert inserts rec's key, under the configured lock wait timeout if there is one.
+func (s *MySQLStore) insert(ctx context.Context, tx *sql.Tx, rec Record) error {
+	if s.cfg.LockTimeout <= 0 {
+		_, err := tx.ExecContext(ctx, s.sql.insert, rec.Consumer, rec.Key, rec.Fingerprint)
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, s.sql.lockSet); err != nil {
+		return fmt.Errorf("setting innodb_lock_wait_timeout: %w", err)
+	}
+	_, err := tx.ExecContext(ctx, s.sql.insert, rec.Consumer, rec.Key, rec.Fingerprint)
+	// Restore the session's value even when the insert failed or ctx ended, so that the
+	// connection goes back to the pool as it came.
+	if _, rerr := tx.ExecContext(context.WithoutCancel(ctx), s.sql.lockRestored); rerr != nil && err == nil {
+		return fmt.Errorf("restoring innodb_lock_wait_timeout: %w", rerr)
+	}
+	return err
+}
+
+// StartAttempt implements Store. The upsert and the read run in one short transaction:
+// the upsert's row lock keeps a concurrent start from slipping in between.
+func (s *MySQLStore) StartAttempt(ctx context.Context, consumer, key string) (int, error) {
+	var unfinished int
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, s.sql.startAttempt, consumer, key); err != nil {
+			return err
+		}
+		return tx.QueryRowContext(ctx, s.sql.attemptCount, consumer, key).Scan(&unfinished)
+	})
+	if err != nil {
+		return 0, s.wrap("counting the attempt", err)
+	}
+	return unfinished, nil
+}
+
+// EndAttempt implements Store.
+func (s *MySQLStore) EndAttempt(ctx context.Context, consumer, key string) error {
+	if _, err := s.db.ExecContext(ctx, s.sql.endAttempt, consumer, key); err != nil {
+		return s.wrap("ending the attempt", err)
+	}
+	return nil
+}
+
+// Forget implements Store.
+func (s *MySQLStore) Forget(ctx context.Context, consumer, key string) (bool, error) {
+	key = storableKey(key)
+	var n int64
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, s.sql.forgetAttempts, consumer, key); err != nil {
+			return err
+		}
+		res, err := tx.ExecContext(ctx, s.sql.forget, consumer, key)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return false, s.wrap("forgetting the key", err)
+	}
+	return n > 0, nil
+}
+
+// PurgeBatch implements Store.
+func (s *MySQLStore) PurgeBatch(ctx context.Context, before time.Time, limit int) (int64, error) {
+	cutoff := before.UTC().Format(mysqlTimeFormat)
+	var n int64
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, s.sql.purgeAttempts, cutoff, limit); err != nil {
+			return err
+		}
+		res, err := tx.ExecContext(ctx, s.sql.purge, cutoff, limit)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return 0, s.wrap("purging", err)
+	}
+	return n, nil
+}
+
+// Stats implements Store.
+func (s *MySQLStore) Stats(ctx context.Context) ([]ConsumerStats, error) {
+	rows, err := s.db.QueryContext(ctx, s.sql.stats)
+	if err != nil {
+		return nil, s.wrap("reading stats", err)
+	}
+	defer rows.Close()
+	var stats []ConsumerStats
+	for rows.Next() {
+		var c ConsumerStats
+		var oldest string
+		if err := rows.Scan(&c.Consumer, &c.Keys, &oldest); err != nil {
+			return nil, s.wrap("reading stats", err)
+		}
+		if c.Oldest, err = time.Parse(mysqlTimeFormat, oldest); err != nil {
+			return nil, s.wrap("reading stats", err)
+		}
+		stats = append(stats, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.wrap("reading stats", err)
+	}
+	return stats, nil
+}
+
+// Verify implements Store.
+func (s *MySQLStore) Verify(ctx context.Context) error {
+	var n int
+	if err := s.db.QueryRowContext(ctx, s.sql.verify).Scan(&n); err != nil {
+		return s.wrap("checking the tables", err)
+	}
+	return nil
+}
+
+// inTx runs fn in a short READ COMMITTED transaction of the store's own.
+func (s *MySQLStore) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		return errors.Join(err, rollbackSQL(tx))
+	}
+	return tx.Commit()
+}
+
+// wrap names what failed and classifies MySQL's and MariaDB's own error numbers.
+func (s *MySQLStore) wrap(doing string, err error) error {
+	var myErr *mysql.MySQLError
+	if errors.As(err, &myErr) {
+		switch {
+		case myErr.Number == mysqlDeadlock, myErr.Number == mysqlLockWaitTimeout, myErr.Number == mysqlLockNowait,
+			myErr.Number == mysqlRollbackOnCommit, string(myErr.SQLState[:]) == mysqlSerializationSQL:
+			return fmt.Errorf("inbox: %s: %w: %w", doing, ErrContended, err)
+		case myErr.Number == mysqlNoSuchTable, myErr.Number == mysqlBadField:
+			return fmt.Errorf("inbox: %s: %w: table %q or %q is missing or outdated: run schema/mysql.sql, `inbox schema mysql`, or (*MySQLStore).CreateSchema: %w",
+				doing, ErrNoTable, s.cfg.Table, s.cfg.Table+"_attempts", err)
+		}
+	}
+	return fmt.Errorf("inbox: %s: %w", doing, err)
+}

@@ -1,0 +1,215 @@
+package inbox
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// SQLPostgresConfig configures a SQLPostgresStore.
+type SQLPostgresConfig struct {
+	// Table is the inbox table; the store also uses <Table>_attempts. Create both with
+	// schema/postgres.sql or CreateSchema. Defaults to "inbox".
+	Table string
+
+	// Isolation is the isolation level of the transactions the store begins. At READ
+	// COMMITTED a concurrent duplicate waits and then gets its verdict; at REPEATABLE READ
+	// or SERIALIZABLE it fails with a serialization error instead (returned as
+	// ErrContended, so the message comes again). Defaults to sql.LevelDefault, which the
+	// store takes as READ COMMITTED.
+	Isolation sql.IsolationLevel
+
+	// LockTimeout bounds how long a claim waits on a concurrent duplicate's transaction
+	// (lock_timeout, set for the inbox statement only). When it expires the claim fails
+	// with ErrContended. Defaults to 0: wait as long as the server's lock_timeout allows
+	// (by default, until the other ends).
+	LockTimeout time.Duration
+}
+
+// SQLPostgresStore is a Store on PostgreSQL through database/sql, for services that use
+// pgx's stdlib driver (github.com/jackc/pgx/v5/stdlib) with sqlx, sqlc, GORM, ent or bun.
+// It uses the same tables as PostgresStore. Handlers get a *sql.Tx from TxFromContext.
+// database/sql rolls the transaction back by itself when the message context is
+// cancelled; the commit then fails with the context's error.
+type SQLPostgresStore struct {
+	db  SQLDB
+	cfg SQLPostgresConfig
+	sql postgresQueries
+}
+
+var _ Store = (*SQLPostgresStore)(nil)
+
+// NewSQLPostgresStore returns a SQLPostgresStore over db, a *sql.DB opened with pgx's
+// stdlib driver. It checks the config but not the database; New verifies the tables.
+func NewSQLPostgresStore(db SQLDB, cfg SQLPostgresConfig) (*SQLPostgresStore, error) {
+	if db == nil {
+		return nil, errors.New("inbox: invalid store config: db is nil: pass a *sql.DB opened with the \"pgx\" driver")
+	}
+	if cfg.Table == "" {
+		cfg.Table = DefaultTable
+	}
+	if err := validateTable(cfg.Table); err != nil {
+		return nil, fmt.Errorf("inbox: invalid store config: %w", err)
+	}
+	if cfg.Isolation == sql.LevelDefault {
+		cfg.Isolation = sql.LevelReadCommitted
+	}
+	if cfg.LockTimeout < 0 {
+		return nil, fmt.Errorf("inbox: invalid store config: LockTimeout is %v: use 0 for no bound, or a positive duration", cfg.LockTimeout)
+	}
+	return &SQLPostgresStore{db: db, cfg: cfg, sql: newPostgresQueries(cfg.Table)}, nil
+}
+
+// CreateSchema creates the store's tables and index if they do not exist, with the DDL of
+// schema/postgres.sql, for users who do not run a migration tool.
+func (s *SQLPostgresStore) CreateSchema(ctx context.Context) error {
+	ddl, err := PostgresSchema(s.cfg.Table)
+	if err != nil {
+		return err
+	}
+	if _, err := s.db.ExecContext(ctx, ddl); err != nil {
+		return fmt.Errorf("inbox: creating the schema: %w", err)
+	}
+	return nil
+}
+
+// Claim implements Store.
+func (s *SQLPostgresStore) Claim(ctx context.Context, rec Record) (Claim, error) {
+	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: s.cfg.Isolation})
+	if err != nil {
+		return Claim{}, s.wrap("beginning the transaction", err)
+	}
+	claim, err := s.claim(ctx, tx, rec, false)
+	if err != nil || claim.Duplicate {
+		err = errors.Join(err, rollbackSQL(tx))
+	}
+	return claim, err
+}
+
+// ClaimIn implements Store; tx must be a *sql.Tx.
+func (s *SQLPostgresStore) ClaimIn(ctx context.Context, tx any, rec Record) (Claim, error) {
+	sqlTx, err := joinedSQLTx(tx, "SQLPostgresStore")
+	if err != nil {
+		return Claim{}, err
+	}
+	return s.claim(ctx, sqlTx, rec, true)
+}
+
+// claim inserts the key and, only when it was there already, reads what the first
+// delivery stored: at READ COMMITTED that read takes a new snapshot after the insert's
+// wait, so it sees the row of the transaction that made it wait.
+func (s *SQLPostgresStore) claim(ctx context.Context, tx *sql.Tx, rec Record, joined bool) (Claim, error) {
+	if s.cfg.LockTimeout > 0 {
+		if _, err := tx.ExecContext(ctx, s.sql.lockSet, fmt.Sprintf("%dms", s.cfg.LockTimeout.Milliseconds())); err != nil {
+			return Claim{}, s.wrap("setting the lock timeout", err)
+		}
+	}
+	res, err := tx.ExecContext(ctx, s.sql.insert, rec.Consumer, rec.Key, rec.Fingerprint)
+	if err != nil {
+		return Claim{}, s.wrap("inserting the key", err)
+	}
+	if s.cfg.LockTimeout > 0 {
+		if _, err := tx.ExecContext(ctx, s.sql.lockReset); err != nil {
+			return Claim{}, s.wrap("resetting the lock timeout", err)
+		}
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return Claim{}, s.wrap("inserting the key", err)
+	}
+	if n == 1 {
+		return Claim{Tx: &sqlInboxTx{tx: tx, joined: joined, wrap: s.wrap,
+			setOutput: func(ctx context.Context, tx *sql.Tx, output []byte) error {
+				_, err := tx.ExecContext(ctx, s.sql.setOutput, rec.Consumer, rec.Key, output)
+				return err
+			}}}, nil
+	}
+	claim := Claim{Duplicate: true}
+	if err := tx.QueryRowContext(ctx, s.sql.stored, rec.Consumer, rec.Key).Scan(&claim.Fingerprint, &claim.Output); err != nil {
+		if errors.Is(err, sql.ErrNoRows) { // deleted (Forget, purge) since the insert
+			return Claim{}, fmt.Errorf("inbox: the key vanished while being claimed: %w", ErrContended)
+		}
+		return Claim{}, s.wrap("reading the stored key", err)
+	}
+	return claim, nil
+}
+
+// StartAttempt implements Store.
+func (s *SQLPostgresStore) StartAttempt(ctx context.Context, consumer, key string) (int, error) {
+	var unfinished int
+	if err := s.db.QueryRowContext(ctx, s.sql.startAttempt, consumer, key).Scan(&unfinished); err != nil {
+		return 0, s.wrap("counting the attempt", err)
+	}
+	return unfinished, nil
+}
+
+// EndAttempt implements Store.
+func (s *SQLPostgresStore) EndAttempt(ctx context.Context, consumer, key string) error {
+	if _, err := s.db.ExecContext(ctx, s.sql.endAttempt, consumer, key); err != nil {
+		return s.wrap("ending the attempt", err)
+	}
+	return nil
+}
+
+// Forget implements Store.
+func (s *SQLPostgresStore) Forget(ctx context.Context, consumer, key string) (bool, error) {
+	res, err := s.db.ExecContext(ctx, s.sql.forget, consumer, storableKey(key))
+	if err != nil {
+		return false, s.wrap("forgetting the key", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, s.wrap("forgetting the key", err)
+	}
+	return n > 0, nil
+}
+
+// PurgeBatch implements Store.
+func (s *SQLPostgresStore) PurgeBatch(ctx context.Context, before time.Time, limit int) (int64, error) {
+	res, err := s.db.ExecContext(ctx, s.sql.purge, before, limit)
+	if err != nil {
+		return 0, s.wrap("purging", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, s.wrap("purging", err)
+	}
+	return n, nil
+}
+
+// Stats implements Store.
+func (s *SQLPostgresStore) Stats(ctx context.Context) ([]ConsumerStats, error) {
+	rows, err := s.db.QueryContext(ctx, s.sql.stats)
+	if err != nil {
+		return nil, s.wrap("reading stats", err)
+	}
+	defer rows.Close()
+	var stats []ConsumerStats
+	for rows.Next() {
+		var c ConsumerStats
+		if err := rows.Scan(&c.Consumer, &c.Keys, &c.Oldest); err != nil {
+			return nil, s.wrap("reading stats", err)
+		}
+		stats = append(stats, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.wrap("reading stats", err)
+	}
+	return stats, nil
+}
+
+// Verify implements Store.
+func (s *SQLPostgresStore) Verify(ctx context.Context) error {
+	var n int
+	if err := s.db.QueryRowContext(ctx, s.sql.verify).Scan(&n); err != nil {
+		return s.wrap("checking the tables", err)
+	}
+	return nil
+}
+
+// wrap names what failed and classifies PostgreSQL's own error codes.
+func (s *SQLPostgresStore) wrap(doing string, err error) error {
+	return wrapPostgres(doing, s.cfg.Table, "(*SQLPostgresStore).CreateSchema", err)
+}
