@@ -2,6 +2,7 @@ package inbox_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"sync"
 	"testing"
@@ -243,6 +244,89 @@ func TestPurgeEvery_RejectsAnInvalidConfigAtOnce(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			err := inbox.PurgeEvery(context.Background(), f.store, tt.interval, tt.cfg)
 			require.ErrorContains(t, err, tt.want)
+		})
+	}
+}
+
+// purgeStore is one store under TestPurge_EveryStore, with a way to age its keys.
+type purgeStore struct {
+	name string
+	open func(t *testing.T) (inbox.Store, func(t *testing.T, consumer string, days int))
+}
+
+func purgeStores() []purgeStore {
+	mysqlLike := func(db func(testing.TB) *sql.DB) func(t *testing.T) (inbox.Store, func(*testing.T, string, int)) {
+		return func(t *testing.T) (inbox.Store, func(*testing.T, string, int)) {
+			conn := db(t)
+			table := tableName("purge")
+			store := newMySQLStore(t, conn, inbox.MySQLConfig{Table: table})
+			return store, func(t *testing.T, consumer string, days int) {
+				for _, q := range []string{
+					"UPDATE `" + table + "` SET `processed_at` = `processed_at` - INTERVAL ? DAY WHERE `consumer` = ?",
+					"UPDATE `" + table + "_attempts` SET `started_at` = `started_at` - INTERVAL ? DAY WHERE `consumer` = ?",
+				} {
+					_, err := conn.Exec(q, days, consumer)
+					require.NoError(t, err)
+				}
+			}
+		}
+	}
+	return []purgeStore{
+		{name: "sqlpostgres", open: func(t *testing.T) (inbox.Store, func(*testing.T, string, int)) {
+			conn := sqlPostgresDB(t)
+			table := tableName("purge")
+			store := newSQLPostgresStore(t, conn, inbox.SQLPostgresConfig{Table: table})
+			return store, func(t *testing.T, consumer string, days int) {
+				for _, tbl := range []string{table, table + "_attempts"} {
+					col := "processed_at"
+					if tbl != table {
+						col = "started_at"
+					}
+					_, err := conn.Exec(fmt.Sprintf(`UPDATE %q SET %s = %s - make_interval(days => $1) WHERE consumer = $2`, tbl, col, col), days, consumer)
+					require.NoError(t, err)
+				}
+			}
+		}},
+		{name: "mariadb", open: mysqlLike(mariaDB)},
+		{name: "mysql", open: mysqlLike(mysqlDB)},
+	}
+}
+
+// Purge is built on Store.PurgeBatch only, so it works, in bounded batches, on every store.
+func TestPurge_EveryStore(t *testing.T) {
+	t.Parallel()
+	for _, s := range purgeStores() {
+		t.Run(s.name, func(t *testing.T) {
+			t.Parallel()
+			store, age := s.open(t)
+			ib, err := inbox.New(inbox.Config{Store: store, MaxAttempts: 3})
+			require.NoError(t, err)
+			for _, c := range []struct {
+				consumer string
+				n        int
+			}{{"old", 12}, {"new", 2}} {
+				for i := range c.n {
+					_, err := ib.Process(context.Background(), c.consumer, fmt.Sprintf("key-%d", i), func(context.Context) error { return nil })
+					require.NoError(t, err)
+				}
+			}
+			age(t, "old", 40)
+
+			rec := &batchRecorder{Store: store}
+			n, err := inbox.Purge(context.Background(), rec, inbox.PurgeConfig{OlderThan: 30 * 24 * time.Hour, BatchSize: 5})
+			require.NoError(t, err)
+			require.Equal(t, int64(12), n)
+			require.Equal(t, []int64{5, 5, 2}, rec.batches)
+
+			stats, err := store.Stats(context.Background())
+			require.NoError(t, err)
+			require.Len(t, stats, 1)
+			require.Equal(t, "new", stats[0].Consumer)
+			require.Equal(t, int64(2), stats[0].Keys)
+
+			dup, err := ib.Process(context.Background(), "old", "key-0", func(context.Context) error { return nil })
+			require.NoError(t, err)
+			require.False(t, dup, "a purged key makes the next delivery new again")
 		})
 	}
 }
