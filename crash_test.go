@@ -171,18 +171,37 @@ func TestCrashPoison_FailingHandlerIsNotPoisoned(t *testing.T) {
 
 // BenchmarkMaxAttempts measures what attempt counting costs a first delivery: the same
 // first deliveries through an inbox without and with MaxAttempts, interleaved, reported as
-// ns per message for each and their ratio.
+// ns per message for each and their ratio, on PostgreSQL (pgx) and MariaDB.
 func BenchmarkMaxAttempts(b *testing.B) {
-	pool := pgPool(b)
-	without, err := inbox.New(inbox.Config{Store: newPgxStore(b, pool, inbox.PostgresConfig{})})
-	require.NoError(b, err)
-	with, err := inbox.New(inbox.Config{Store: newPgxStore(b, pool, inbox.PostgresConfig{}), MaxAttempts: 5})
-	require.NoError(b, err)
+	stores := []struct {
+		name string
+		open func(b *testing.B) (without, with inbox.Store)
+	}{
+		{name: "pgx", open: func(b *testing.B) (inbox.Store, inbox.Store) {
+			pool := pgPool(b)
+			return newPgxStore(b, pool, inbox.PostgresConfig{}), newPgxStore(b, pool, inbox.PostgresConfig{})
+		}},
+		{name: "mariadb", open: func(b *testing.B) (inbox.Store, inbox.Store) {
+			db := mariaDB(b)
+			return newMySQLStore(b, db, inbox.MySQLConfig{}), newMySQLStore(b, db, inbox.MySQLConfig{})
+		}},
+	}
+	for _, s := range stores {
+		b.Run(s.name, func(b *testing.B) {
+			storeWithout, storeWith := s.open(b)
+			without, err := inbox.New(inbox.Config{Store: storeWithout})
+			require.NoError(b, err)
+			with, err := inbox.New(inbox.Config{Store: storeWith, MaxAttempts: 5})
+			require.NoError(b, err)
+			benchmarkAttempts(b, without, with)
+		})
+	}
+}
+
+func benchmarkAttempts(b *testing.B, without, with *inbox.Inbox) {
 	noop := func(context.Context) error { return nil }
 	ctx := context.Background()
-
 	var tWithout, tWith time.Duration
-	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
 		key := "key-" + strconv.Itoa(i)
 		for _, run := range []struct {

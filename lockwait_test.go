@@ -84,3 +84,49 @@ func TestLockTimeout_OnlyForTheInboxStatement(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, serverDefault, inHandler)
 }
+
+// The same on MariaDB with MySQLConfig.LockTimeout (innodb_lock_wait_timeout, whole
+// seconds): the contended duplicate's connection goes back to the database/sql pool.
+func TestLockTimeout_MariaDBContendedDuplicateReleasesItsConnection(t *testing.T) {
+	t.Parallel()
+	const bound = time.Second
+	db := mariaDB(t)
+	table := tableName("lockwait")
+	first, err := inbox.New(inbox.Config{Store: newMySQLStore(t, db, inbox.MySQLConfig{Table: table})})
+	require.NoError(t, err)
+	boundedStore, err := inbox.NewMySQLStore(db, inbox.MySQLConfig{Table: table, LockTimeout: bound})
+	require.NoError(t, err)
+	bounded, err := inbox.New(inbox.Config{Store: boundedStore})
+	require.NoError(t, err)
+
+	holding, release, firstDone := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() {
+		_, err := first.Process(context.Background(), "orders", "order-1", func(context.Context) error {
+			close(holding)
+			<-release
+			return nil
+		})
+		firstDone <- err
+	}()
+	<-holding
+	require.Equal(t, 1, db.Stats().InUse, "the first delivery holds one connection")
+
+	start := time.Now()
+	_, err = bounded.Process(context.Background(), "orders", "order-1", func(context.Context) error {
+		t.Error("the contended duplicate's handler ran")
+		return nil
+	})
+	waited := time.Since(start)
+	require.ErrorIs(t, err, inbox.ErrContended)
+	require.GreaterOrEqual(t, waited, bound)
+	t.Logf("the contended duplicate gave up after %v (LockTimeout %v)", waited, bound)
+	select {
+	case err := <-firstDone:
+		t.Fatalf("the first delivery ended (%v) before the check", err)
+	default:
+	}
+	require.Equal(t, 1, db.Stats().InUse, "the duplicate's connection is back in the pool while the first still runs")
+
+	close(release)
+	require.NoError(t, <-firstDone)
+}
