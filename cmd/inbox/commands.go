@@ -18,32 +18,34 @@ import (
 // errHelp reports that a command printed its help: exit status 0.
 var errHelp = errors.New("help requested")
 
+// commandFlags is a command's flag set, with its help text.
+type commandFlags struct {
+	*flag.FlagSet
+	help func()
+}
+
 // newFlags returns a flag set for a command. Its help goes to stdout on --help only:
 // parse errors are reported by run, in one line.
-func newFlags(name, synopsis, about string, stdout io.Writer) *flag.FlagSet {
+func newFlags(name, synopsis, about string, stdout io.Writer) commandFlags {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
-	helps[fs] = func() {
+	return commandFlags{FlagSet: fs, help: func() {
 		fmt.Fprintf(stdout, "Usage: inbox %s\n\n%s\n\nFlags:\n", synopsis, about)
 		fs.SetOutput(stdout)
 		fs.PrintDefaults()
 		fs.SetOutput(io.Discard)
-	}
-	return fs
+	}}
 }
-
-// helps holds each flag set's help printer; the process runs one command.
-var helps = map[*flag.FlagSet]func(){}
 
 // parse parses args, flags and positional arguments in any order, and returns the
 // positional ones.
-func parse(fs *flag.FlagSet, args []string) ([]string, error) {
+func (fs commandFlags) parse(args []string) ([]string, error) {
 	var positional []string
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
-				helps[fs]()
+				fs.help()
 				return nil, errHelp
 			}
 			return nil, usageError{err.Error()}
@@ -62,7 +64,7 @@ type dbFlags struct {
 	dsn, table string
 }
 
-func (d *dbFlags) register(fs *flag.FlagSet) {
+func (d *dbFlags) register(fs commandFlags) {
 	fs.StringVar(&d.dsn, "dsn", os.Getenv("INBOX_DSN"), "database `DSN`: postgres://... or mysql://user@tcp(host:port)/db (default $INBOX_DSN)")
 	fs.StringVar(&d.table, "table", inbox.DefaultTable, "inbox `table` name")
 }
@@ -98,7 +100,7 @@ func purgeCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&cfg.Pause, "pause", 0, "pause between batches")
 	fs.BoolVar(&asJSON, "json", false, "print the result as JSON")
 	fs.BoolVar(&quiet, "quiet", false, "print nothing but errors")
-	positional, err := parse(fs, args)
+	positional, err := fs.parse(args)
 	if err != nil {
 		return err
 	}
@@ -165,7 +167,7 @@ func schemaCmd(_ context.Context, args []string, stdout, _ io.Writer) error {
 	fs := newFlags("schema", "schema postgres|mysql [--table NAME]",
 		"Prints the DDL that creates the inbox tables (schema/postgres.sql, schema/mysql.sql).", stdout)
 	fs.StringVar(&table, "table", inbox.DefaultTable, "inbox `table` name")
-	positional, err := parse(fs, args)
+	positional, err := fs.parse(args)
 	if err != nil {
 		return err
 	}
@@ -195,7 +197,7 @@ func statsCmd(ctx context.Context, args []string, stdout, _ io.Writer) error {
 		"Prints the number of keys and the oldest key's time per consumer.", stdout)
 	db.register(fs)
 	fs.BoolVar(&asJSON, "json", false, "print as JSON")
-	positional, err := parse(fs, args)
+	positional, err := fs.parse(args)
 	if err != nil {
 		return err
 	}
@@ -267,7 +269,7 @@ func forgetCmd(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	db.register(fs)
 	fs.StringVar(&consumer, "consumer", "", "the consumer the key belongs to (required)")
 	fs.StringVar(&key, "key", "", "the key, as the key function derived it (required)")
-	positional, err := parse(fs, args)
+	positional, err := fs.parse(args)
 	if err != nil {
 		return err
 	}
