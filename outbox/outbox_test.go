@@ -212,3 +212,19 @@ func TestForwarderKeepsUUIDsAndDownstreamInboxDedupsAReforward(t *testing.T) {
 	}
 	require.ElementsMatch(t, ids, r.uuids(t), "one receipt per message")
 }
+
+func TestPublishRunsWithTheHandlersContext(t *testing.T) {
+	t.Parallel()
+	pool := pgPool(t)
+	ob := newOutbox(t, pool)
+	tx, err := pool.Begin(context.Background())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+
+	// The emitted message has no context of its own: the insert must still see the
+	// handler's, here already cancelled.
+	ctx, cancel := context.WithCancel(inbox.ContextWithTx(context.Background(), tx))
+	cancel()
+	err = ob.Publish(ctx, "cashback", message.NewMessage(outbox.MessageID("billing", "order-1", "0"), []byte(`{}`)))
+	require.ErrorIs(t, err, context.Canceled)
+}
