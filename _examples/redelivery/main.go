@@ -36,6 +36,7 @@ type outcome struct {
 	handler   string
 	duplicate bool
 	err       error
+	wallet    int64 // cents, read after the inbox committed or rolled back, before the ack
 }
 
 func main() {
@@ -110,7 +111,7 @@ func run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		router.AddMiddleware(report(outcomes), ib.Middleware)
+		router.AddMiddleware(report(outcomes, pool), ib.Middleware)
 		for name, sub := range handlers {
 			h := map[string]message.NoPublishHandlerFunc{"cashback": cashback, "receipts": receipts}[name]
 			router.AddConsumerHandler(name, "orders", sub, h)
@@ -125,14 +126,14 @@ func run(ctx context.Context) error {
 	steps := []struct {
 		say     string
 		publish func() error
-		waitFor int // outcomes this step produces
+		want    int64 // the wallet after the step, in cents
 	}{
-		{"OrderPaid order-1 arrives", func() error { return instanceA.Publish("orders", first.Copy()) }, 1},
-		{"consumer died before committing the offset: order-1 delivered again", func() error { return instanceA.Publish("orders", first.Copy()) }, 1},
-		{"rebalance gives the partition to another instance: order-1 delivered again", func() error { return instanceB.Publish("orders", first.Copy()) }, 1},
-		{"OrderPaid order-2, the provider times out", func() error { providerDown.Store(true); return instanceA.Publish("orders", second.Copy()) }, 1},
-		{"order-2 redelivered", nil, 1}, // GoChannel redelivers the nacked message
-		{"another consumer (receipts) gets order-1", func() error { return receiptsIn.Publish("orders", first.Copy()) }, 1},
+		{"OrderPaid order-1 arrives", func() error { return instanceA.Publish("orders", first.Copy()) }, 190},
+		{"consumer died before committing the offset: order-1 delivered again", func() error { return instanceA.Publish("orders", first.Copy()) }, 190},
+		{"rebalance gives the partition to another instance: order-1 delivered again", func() error { return instanceB.Publish("orders", first.Copy()) }, 190},
+		{"OrderPaid order-2, the provider times out", func() error { providerDown.Store(true); return instanceA.Publish("orders", second.Copy()) }, 190},
+		{"order-2 redelivered", nil, 380}, // GoChannel redelivers the nacked message
+		{"another consumer (receipts) gets order-1", func() error { return receiptsIn.Publish("orders", first.Copy()) }, 380},
 	}
 	for i, step := range steps {
 		if step.publish != nil {
@@ -142,11 +143,10 @@ func run(ctx context.Context) error {
 		}
 		select {
 		case o := <-outcomes:
-			wallet, err := walletCents(ctx, pool)
-			if err != nil {
-				return err
+			fmt.Printf("%d. %-75s → %s, wallet %s\n", i+1, step.say, describe(o), cents(o.wallet))
+			if o.wallet != step.want {
+				return fmt.Errorf("step %d: the wallet should hold %s", i+1, cents(step.want))
 			}
-			fmt.Printf("%d. %-75s → %s, wallet %s\n", i+1, step.say, describe(o), cents(wallet))
 		case <-time.After(10 * time.Second):
 			return fmt.Errorf("step %d: no outcome", i+1)
 		}
@@ -164,15 +164,22 @@ func newEvent(uuid string, cashbackCents int64) *message.Message {
 	return message.NewMessage(uuid, payload)
 }
 
-// report is an outer middleware that tells the example what the inbox did.
-func report(outcomes chan<- outcome) message.HandlerMiddleware {
+// report is an outer middleware that tells the example what the inbox did, and the
+// wallet's balance right after (before the router acks or nacks, so before any
+// redelivery).
+func report(outcomes chan<- outcome, pool *pgxpool.Pool) message.HandlerMiddleware {
 	return func(h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) ([]*message.Message, error) {
 			produced, err := h(msg)
+			wallet, walletErr := walletCents(context.Background(), pool)
+			if walletErr != nil {
+				log.Fatal(walletErr)
+			}
 			outcomes <- outcome{
 				handler:   message.HandlerNameFromCtx(msg.Context()),
 				duplicate: msg.Metadata.Get(inbox.MetadataDuplicate) == "true",
 				err:       err,
+				wallet:    wallet,
 			}
 			return produced, err
 		}
