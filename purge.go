@@ -16,11 +16,6 @@ const DefaultMinRetention = 7 * 24 * time.Hour
 // DefaultPurgeBatch is PurgeConfig.BatchSize's default.
 const DefaultPurgeBatch = 10_000
 
-// ErrRetention means a purge was refused because its cutoff is younger than
-// PurgeConfig.MinRetention: a message older than the cutoff can still come back (topic
-// retention, DLQ replay), and once its key is purged it would be processed again.
-var ErrRetention = errors.New("purge cutoff younger than the minimum retention")
-
 // PurgeConfig configures Purge and PurgeEvery.
 type PurgeConfig struct {
 	// OlderThan is the age of the keys to delete: keys processed more than OlderThan ago
