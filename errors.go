@@ -40,4 +40,9 @@ var (
 
 	// ErrNoTable means the inbox table does not exist or lacks a column the store needs.
 	ErrNoTable = errors.New("inbox table missing")
+
+	// ErrRetention means a purge was refused because its cutoff is younger than
+	// PurgeConfig.MinRetention: a message older than the cutoff can still come back (topic
+	// retention, DLQ replay), and once its key is purged it would be processed again.
+	ErrRetention = errors.New("purge cutoff younger than the minimum retention")
 )

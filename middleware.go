@@ -99,7 +99,7 @@ type Config struct {
 	// Defaults to 0, off.
 	MaxAttempts int
 
-	// Observer receives one call per message, e.g. PrometheusObserver. Defaults to none.
+	// Observer receives one call per message, e.g. an inboxprom.Observer. Defaults to none.
 	Observer Observer
 
 	// Logger logs duplicates (debug), replays (debug) and mismatches (error) with the
@@ -361,6 +361,7 @@ func (ib *Inbox) duplicate(msg *message.Message, rec Record, claim Claim, wait t
 	switch mode {
 	case Fail:
 		ib.observe(rec.Consumer, outcome, wait)
+		ib.cfg.Logger.Debug("inbox: duplicate refused", fields)
 		return nil, fmt.Errorf("inbox: message %s: consumer %q key %q: %w", msg.UUID, rec.Consumer, rec.Key, cause)
 	case Skip:
 		ib.observe(rec.Consumer, outcome, wait)

@@ -1,0 +1,112 @@
+// Command inbox operates the tables of github.com/watermill-inbox/inbox: it purges old
+// keys, prints the schema, shows key counts, and forgets one key so that its message is
+// processed again.
+//
+//	inbox purge  --dsn DSN --older-than 720h [--table inbox] [--batch 10000] [--min-retention 168h] [--force] [--json|--quiet]
+//	inbox schema postgres|mysql [--table inbox]
+//	inbox stats  --dsn DSN [--table inbox] [--json]
+//	inbox forget --dsn DSN --consumer C --key K [--table inbox]
+//
+// DSN is a PostgreSQL URL (postgres://user@host:5432/db) or a MySQL DSN
+// (mysql://user@tcp(host:3306)/db, or the go-sql-driver form user@tcp(host:3306)/db);
+// it defaults to the INBOX_DSN environment variable, which keeps passwords out of the
+// process list. Errors are one line on stderr: exit status 1 for a failure, 2 for a usage
+// error.
+//
+// Install it with:
+//
+//	go install github.com/watermill-inbox/inbox/cmd/inbox@latest
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+)
+
+// Exit statuses.
+const (
+	exitOK    = 0
+	exitFail  = 1
+	exitUsage = 2
+)
+
+const usage = `inbox operates the tables of the watermill inbox.
+
+Usage:
+  inbox purge  --dsn DSN --older-than 720h [--table inbox] [--batch 10000] [--min-retention 168h] [--force] [--json|--quiet]
+  inbox schema postgres|mysql [--table inbox]
+  inbox stats  --dsn DSN [--table inbox] [--json]
+  inbox forget --dsn DSN --consumer C --key K [--table inbox]
+
+Run "inbox COMMAND --help" for a command's flags.
+
+DSN is a PostgreSQL URL (postgres://user@host:5432/db) or a MySQL DSN
+(mysql://user@tcp(host:3306)/db or user@tcp(host:3306)/db); it defaults to $INBOX_DSN.
+Exit status: 0 success, 1 failure (one line on stderr), 2 usage error.
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// usageError is a command line that cannot be run: exit status 2.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error {
+	return usageError{fmt.Sprintf(format, args...)}
+}
+
+// run runs one command and returns the exit status.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return exitUsage
+	}
+	commands := map[string]func(context.Context, []string, io.Writer, io.Writer) error{
+		"purge":  purgeCmd,
+		"schema": schemaCmd,
+		"stats":  statsCmd,
+		"forget": forgetCmd,
+	}
+	name := args[0]
+	switch name {
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
+		return exitOK
+	}
+	cmd, ok := commands[name]
+	if !ok {
+		fmt.Fprintf(stderr, "inbox: unknown command %q: use purge, schema, stats or forget (inbox --help)\n", name)
+		return exitUsage
+	}
+	err := cmd(ctx, args[1:], stdout, stderr)
+	var uerr usageError
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.Is(err, errHelp):
+		return exitOK
+	case errors.As(err, &uerr):
+		fmt.Fprintf(stderr, "inbox %s: %s (inbox %s --help)\n", name, oneLine(err.Error()), name)
+		return exitUsage
+	}
+	fmt.Fprintf(stderr, "inbox %s: %s\n", name, oneLine(strings.TrimPrefix(err.Error(), "inbox: ")))
+	return exitFail
+}
+
+// oneLine joins the lines of an error message (errors.Join separates with newlines).
+func oneLine(s string) string {
+	s = strings.ReplaceAll(strings.ReplaceAll(s, ":\n", ": "), "\n", "; ")
+	return strings.Join(strings.Fields(s), " ")
+}

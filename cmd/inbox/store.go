@@ -1,0 +1,71 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/watermill-inbox/inbox"
+)
+
+// connectTimeout bounds connecting to the database and checking its tables.
+const connectTimeout = 15 * time.Second
+
+// mysqlDSN matches the go-sql-driver/mysql DSN form: [user[:password]@][net[(addr)]]/db.
+var mysqlDSN = regexp.MustCompile(`^(?:[^@/]*@)?(?:tcp|unix)(?:\([^)]*\))?/`)
+
+// openStore opens the database a DSN names and returns its inbox store, checked to have
+// its tables, and a function that closes the connections.
+func openStore(ctx context.Context, dsn, table string) (inbox.Store, func(), error) {
+	switch {
+	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
+		return openPostgres(ctx, dsn, table)
+	case strings.HasPrefix(dsn, "mysql://"):
+		return openMySQL(ctx, strings.TrimPrefix(dsn, "mysql://"), table)
+	case mysqlDSN.MatchString(dsn):
+		return openMySQL(ctx, dsn, table)
+	}
+	return nil, nil, errors.New("the DSN is neither a PostgreSQL URL (postgres://user@host:5432/db) nor a MySQL DSN (mysql://user@tcp(host:3306)/db)")
+}
+
+func openPostgres(ctx context.Context, dsn, table string) (inbox.Store, func(), error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, nil, fmt.Errorf("parsing the PostgreSQL DSN %s: %w", redact(dsn), err)
+	}
+	cfg.MaxConns = 2
+	ctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("connecting to PostgreSQL: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, nil, fmt.Errorf("connecting to PostgreSQL: %w", err)
+	}
+	store, err := inbox.NewPostgresStore(pool, inbox.PostgresConfig{Table: table})
+	if err == nil {
+		err = store.Verify(ctx)
+	}
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return store, pool.Close, nil
+}
+
+// redact hides a URL's password, for error messages.
+func redact(dsn string) string {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return "(unparsable)"
+	}
+	return u.Redacted()
+}

@@ -1,0 +1,76 @@
+// Package inboxprom exposes an inbox's outcomes as Prometheus metrics, through
+// github.com/prometheus/client_golang as Watermill's own metrics do. It is a package of its
+// own so that the inbox package never imports Prometheus: users without it pay nothing.
+//
+//	obs, err := inboxprom.New(prometheus.DefaultRegisterer)
+//	...
+//	ib, err := inbox.New(inbox.Config{Store: store, Observer: obs})
+package inboxprom
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/watermill-inbox/inbox"
+)
+
+// The metrics an Observer exports.
+const (
+	// MessagesTotal counts messages per consumer and outcome (inbox.Outcome: processed,
+	// duplicate, replayed, mismatch, failed, no_key, contended, too_many_attempts).
+	MessagesTotal = "inbox_messages_total"
+	// ClaimWaitSeconds is the time a message's key claim took, per consumer. A claim that
+	// waited on a concurrent duplicate's transaction shows here as a slow one.
+	ClaimWaitSeconds = "inbox_claim_wait_seconds"
+)
+
+// ClaimWaitBuckets are the claim-wait histogram's buckets, in seconds: 0.5 ms to about
+// 16 s, doubling.
+var ClaimWaitBuckets = prometheus.ExponentialBuckets(0.0005, 2, 16)
+
+// Observer is an inbox.Observer that counts outcomes and claim waits in Prometheus
+// collectors. It is safe for concurrent use.
+type Observer struct {
+	messages  *prometheus.CounterVec
+	claimWait *prometheus.HistogramVec
+}
+
+var _ inbox.Observer = (*Observer)(nil)
+
+// New returns an Observer whose collectors are registered with reg (for example
+// prometheus.DefaultRegisterer, or a registry of your own). One Observer can serve every
+// inbox of a process: the consumer is a label. Registering twice with the same reg fails.
+func New(reg prometheus.Registerer) (*Observer, error) {
+	if reg == nil {
+		return nil, errors.New("inboxprom: the registerer is nil: pass prometheus.DefaultRegisterer or a *prometheus.Registry")
+	}
+	o := &Observer{
+		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: MessagesTotal,
+			Help: "Messages handled by the inbox, per consumer and outcome.",
+		}, []string{"consumer", "outcome"}),
+		claimWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    ClaimWaitSeconds,
+			Help:    "Time spent claiming a message's inbox key, waits on a concurrent duplicate included.",
+			Buckets: ClaimWaitBuckets,
+		}, []string{"consumer"}),
+	}
+	for _, c := range []prometheus.Collector{o.messages, o.claimWait} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("inboxprom: registering the inbox metrics: %w", err)
+		}
+	}
+	return o, nil
+}
+
+// Observe implements inbox.Observer. A message that made no claim (no key, or a store
+// failure before the claim) is counted but adds no claim-wait sample.
+func (o *Observer) Observe(consumer string, outcome inbox.Outcome, claimWait time.Duration) {
+	o.messages.WithLabelValues(consumer, string(outcome)).Inc()
+	if claimWait > 0 {
+		o.claimWait.WithLabelValues(consumer).Observe(claimWait.Seconds())
+	}
+}

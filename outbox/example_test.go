@@ -1,0 +1,38 @@
+package outbox_test
+
+import (
+	"fmt"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/watermill-inbox/inbox"
+	"github.com/watermill-inbox/inbox/outbox"
+)
+
+func ExampleMessageID() {
+	// The same consumed message (key "order-1" of consumer "billing") always gives the
+	// same id to the CashbackCredited it emits, on every run of the handler.
+	fmt.Println(outbox.MessageID("billing", "order-1", "CashbackCredited"))
+	fmt.Println(outbox.MessageID("billing", "order-1", "CashbackCredited") == outbox.MessageID("billing", "order-1", "0"))
+	// Output:
+	// 8ca17389-e0b1-54c0-bb2f-65ed33556aa0
+	// false
+}
+
+func ExampleOutbox_Publish() {
+	ob, err := outbox.New(outbox.Config{ForwarderTopic: "outbox"})
+	if err != nil {
+		panic(err)
+	}
+	// A handler behind ib.Middleware: the credit and the event commit together.
+	billing := func(msg *message.Message) error {
+		tx, _ := inbox.TxFromContext[pgx.Tx](msg.Context())
+		if _, err := tx.Exec(msg.Context(), `UPDATE wallets SET cents = cents + 190 WHERE id = 'alice'`); err != nil {
+			return err
+		}
+		event := message.NewMessage(outbox.MessageID("billing", msg.UUID, "CashbackCredited"), []byte(`{"cents":190}`))
+		return ob.Publish(msg.Context(), "cashback", event)
+	}
+	_ = billing // router.AddConsumerHandler("billing", "orders", kafkaSub, billing)
+}

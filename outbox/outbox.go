@@ -1,0 +1,158 @@
+// Package outbox publishes the messages an inbox handler emits through watermill-sql, in
+// the inbox's own transaction, wrapped for Watermill's Forwarder (components/forwarder),
+// which then moves them to the broker.
+//
+// The inbox makes a handler's database writes happen once per message. Messages the
+// handler emits must be written in the same transaction, or a crash between the commit
+// and the publish loses them (publish after commit) or sends them for a rolled-back
+// effect (publish before). With this package the emitted messages are outbox rows: they
+// commit with the handler's writes and the inbox key, and roll back with them.
+//
+//	ob, _ := outbox.New(outbox.Config{ForwarderTopic: "outbox"})
+//	func handle(msg *message.Message) error {
+//		// ... write through inbox.TxFromContext[pgx.Tx](msg.Context())
+//		event := message.NewMessage(outbox.MessageID("billing", msg.UUID, "CashbackCredited"), payload)
+//		return ob.Publish(msg.Context(), "cashback", event)
+//	}
+//
+// A Forwarder reading the outbox table (watermill-sql subscriber) and publishing to the
+// broker delivers the messages at least once, with the UUIDs they were published with:
+// a consumer behind an inbox downstream deduplicates a message forwarded twice.
+//
+// It is its own package so that the root package does not import watermill-sql.
+package outbox
+
+import (
+	"context"
+	stdsql "database/sql"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
+	"github.com/ThreeDotsLabs/watermill/components/forwarder"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/watermill-inbox/inbox"
+)
+
+// DefaultForwarderTopic is the outbox topic when Config.ForwarderTopic is empty. With
+// watermill-sql's default PostgreSQL schema its table is "watermill_outbox".
+const DefaultForwarderTopic = "outbox"
+
+// ErrNoTx is returned when the context carries no inbox transaction that an outbox
+// publisher can write through.
+var ErrNoTx = errors.New("outbox: no inbox transaction in the context")
+
+// Config configures an Outbox.
+type Config struct {
+	// ForwarderTopic is the watermill-sql topic the emitted messages are written to,
+	// wrapped in the Forwarder's envelope, and that the Forwarder reads
+	// (forwarder.Config.ForwarderTopic). Defaults to DefaultForwarderTopic.
+	ForwarderTopic string
+
+	// SchemaAdapter is the watermill-sql schema of the outbox table. It must match the
+	// Forwarder's subscriber. Create the table before the first publish (see
+	// InitializeSchema): a publisher bound to a transaction cannot create it. Defaults to
+	// sql.DefaultPostgreSQLSchema{}; use sql.DefaultMySQLSchema{} on MySQL.
+	SchemaAdapter sql.SchemaAdapter
+
+	// Logger is the watermill-sql publisher's logger. Defaults to watermill.NopLogger.
+	Logger watermill.LoggerAdapter
+}
+
+// Outbox builds publishers bound to the inbox transaction of a handler's context.
+type Outbox struct {
+	cfg Config
+}
+
+// New returns an Outbox. It applies the defaults and checks the topic name.
+func New(cfg Config) (*Outbox, error) {
+	if cfg.ForwarderTopic == "" {
+		cfg.ForwarderTopic = DefaultForwarderTopic
+	}
+	if cfg.SchemaAdapter == nil {
+		cfg.SchemaAdapter = sql.DefaultPostgreSQLSchema{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = watermill.NopLogger{}
+	}
+	if !validTopic(cfg.ForwarderTopic) {
+		return nil, fmt.Errorf("outbox: invalid config: ForwarderTopic %q: use letters, digits and . - _ $ : (it becomes a table name)", cfg.ForwarderTopic)
+	}
+	return &Outbox{cfg: cfg}, nil
+}
+
+// Config returns the configuration with its defaults applied, for building the
+// Forwarder and its subscriber with the same topic and schema.
+func (o *Outbox) Config() Config { return o.cfg }
+
+// Publisher returns a publisher that writes messages to the outbox table through the inbox
+// transaction that ctx carries: a pgx.Tx (PostgresStore) or a *sql.Tx (the database/sql
+// stores). Messages published to a topic go in the Forwarder's envelope, and reach that
+// topic when the Forwarder moves them; they commit and roll back with the transaction.
+//
+// Use it only while the handler runs, and one publisher per message: the transaction ends
+// when the handler returns. The inserts run with ctx, not with each message's context. Do
+// not commit or roll back through the publisher: the middleware ends the transaction (the
+// pgx adapter of watermill-sql cannot: sql.TxFromPgx keeps no context). Closing the
+// publisher is not needed and does not touch the transaction.
+func (o *Outbox) Publisher(ctx context.Context) (message.Publisher, error) {
+	var db sql.ContextExecutor
+	if tx, ok := inbox.TxFromContext[pgx.Tx](ctx); ok {
+		db = sql.TxFromPgx(tx)
+	} else if tx, ok := inbox.TxFromContext[*stdsql.Tx](ctx); ok {
+		db = sql.TxFromStdSQL(tx)
+	} else {
+		return nil, fmt.Errorf("%w: publish from a handler behind the inbox middleware (or inside Inbox.Process), with the message's context; the transaction must be a pgx.Tx or a *sql.Tx", ErrNoTx)
+	}
+	pub, err := sql.NewPublisher(db, sql.PublisherConfig{SchemaAdapter: o.cfg.SchemaAdapter}, o.cfg.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: creating the SQL publisher: %w", err)
+	}
+	return forwarder.NewPublisher(contextPublisher{ctx: ctx, pub: pub},
+		forwarder.PublisherConfig{ForwarderTopic: o.cfg.ForwarderTopic}), nil
+}
+
+// Publish writes msgs for topic to the outbox through the inbox transaction in ctx: it is
+// Publisher(ctx) followed by Publish.
+func (o *Outbox) Publish(ctx context.Context, topic string, msgs ...*message.Message) error {
+	pub, err := o.Publisher(ctx)
+	if err != nil {
+		return err
+	}
+	if err := pub.Publish(topic, msgs...); err != nil {
+		return fmt.Errorf("outbox: writing %d message(s) for topic %q: %w", len(msgs), topic, err)
+	}
+	return nil
+}
+
+// contextPublisher gives the envelopes the handler's context before the SQL publisher
+// inserts them: watermill-sql runs the insert with the first message's context, and an
+// emitted message usually has none.
+type contextPublisher struct {
+	ctx context.Context
+	pub message.Publisher
+}
+
+func (p contextPublisher) Publish(topic string, msgs ...*message.Message) error {
+	for _, m := range msgs {
+		m.SetContext(p.ctx) // the forwarder's envelopes, never the caller's messages
+	}
+	return p.pub.Publish(topic, msgs...)
+}
+
+func (p contextPublisher) Close() error { return p.pub.Close() }
+
+func validTopic(topic string) bool {
+	for _, r := range topic {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', strings.ContainsRune(".-_$:", r):
+		default:
+			return false
+		}
+	}
+	return topic != ""
+}
