@@ -32,10 +32,12 @@ func main() {
 	workers := flag.String("workers", "1,8", "worker counts")
 	durabilities := flag.String("durability", "default", "default, relaxed, or both comma-separated")
 	stmts := flag.Int("stmts", 1, "statements per handler: 1 (UPDATE) or 3 (UPDATE, INSERT, SELECT)")
-	rounds := flag.Int("rounds", 3, "A/B rounds per setting")
-	duration := flag.Duration("duration", 2*time.Second, "length of each side of a round")
+	rounds := flag.Int("rounds", 3, "A/B rounds per setting (mode rounds), or repeats (mode paired)")
+	duration := flag.Duration("duration", 2*time.Second, "length of each side of a round (mode rounds), or of each repeat (mode paired)")
+	mode := flag.String("mode", "paired", "paired: every worker alternates plain and inbox op by op; rounds: A/B/A/B rounds of -duration")
 	out := flag.String("out", "", "CSV of every round (default stdout)")
 	summary := flag.String("summary", "", "CSV of the medians per setting")
+	compare := flag.String("compare", "plain:inbox", "baseline:candidate among plain, inbox, unfolded (pgx: the inbox without the claim folded into BEGIN)")
 	flag.Parse()
 
 	var w io.Writer = os.Stdout
@@ -64,13 +66,29 @@ func main() {
 				closeFn()
 				log.Fatalf("%s: %v", flavour, err)
 			}
+			ops := map[string]benchload.Op{"plain": tgt.Baseline, "inbox": tgt.WithInbox, "unfolded": tgt.WithUnfolded}
+			baseName, candName, _ := strings.Cut(*compare, ":")
+			base, cand := ops[baseName], ops[candName]
+			if base == nil || cand == nil {
+				log.Fatalf("-compare %q: use baseline:candidate among plain, inbox, unfolded", *compare)
+			}
 			for _, ws := range strings.Split(*workers, ",") {
 				n, err := strconv.Atoi(ws)
 				if err != nil {
 					log.Fatalf("-workers: %v", err)
 				}
-				ab, err := benchload.Compare(ctx, *rounds, n, 0, *duration, tgt.Baseline, tgt.WithInbox)
-				if err != nil {
+				var ab benchload.AB
+				if *mode == "paired" {
+					for range *rounds {
+						r, err := benchload.Paired(ctx, n, 0, *duration, base, cand)
+						if err != nil {
+							log.Fatalf("%s/%s/%d: %v", flavour, durability, n, err)
+						}
+						ab.RatesA = append(ab.RatesA, r.A.Rate())
+						ab.RatesB = append(ab.RatesB, r.B.Rate())
+						ab.Ratios = append(ab.Ratios, r.Ratio())
+					}
+				} else if ab, err = benchload.Compare(ctx, *rounds, n, 0, *duration, base, cand); err != nil {
 					log.Fatalf("%s/%s/%d: %v", flavour, durability, n, err)
 				}
 				for r, ratio := range ab.Ratios {
@@ -78,9 +96,9 @@ func main() {
 				}
 				plain, inb := benchload.Median(ab.RatesA), benchload.Median(ab.RatesB)
 				lo, hi := minMax(ab.Ratios)
-				sum = append(sum, []string{flavour, durability, strconv.Itoa(*stmts), ws, f1(plain), f1(inb), f3(ab.Ratio()), f3(lo), f3(hi)})
+				sum = append(sum, []string{flavour, durability, strconv.Itoa(*stmts), ws, f1(plain), f1(inb), f3(benchload.Median(ab.Ratios)), f3(lo), f3(hi)})
 				log.Printf("%-8s %-8s stmts=%d workers=%-2s plain %8.1f/s inbox %8.1f/s ratio %.3f (rounds %.3f..%.3f)",
-					flavour, durability, *stmts, ws, plain, inb, ab.Ratio(), lo, hi)
+					flavour, durability, *stmts, ws, plain, inb, benchload.Median(ab.Ratios), lo, hi)
 				rows.Flush()
 			}
 			_ = tgt.Drop(ctx, true)

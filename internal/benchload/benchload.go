@@ -43,6 +43,12 @@ type Target struct {
 	DB      *sql.DB       // sqlpg, mariadb, mysql
 	Store   inbox.Store
 	Inbox   *inbox.Inbox
+	// Unfolded is the inbox over a store that cannot take its shortcut, to measure what
+	// the shortcut buys: on pgx a PostgresStore that cannot fold its insert into the BEGIN
+	// (the pool is hidden behind another PgxDB), on MariaDB and MySQL a MySQLStore that
+	// cannot prepare its insert (the *sql.DB is hidden behind another SQLDB). Nil for
+	// sqlpg.
+	Unfolded *inbox.Inbox
 	// Stmts is how many statements the handler runs: 1 (an UPDATE) or 3 (an UPDATE,
 	// an INSERT into a log table and a SELECT).
 	Stmts int
@@ -138,7 +144,32 @@ func NewTarget(ctx context.Context, flavour string, pool *pgxpool.Pool, db *sql.
 		}
 	}
 	t.Inbox, err = inbox.New(inbox.Config{Store: t.Store, Consumer: t.consumer})
+	var plain inbox.Store
+	switch {
+	case err != nil:
+	case flavour == "pgx":
+		plain, err = inbox.NewPostgresStore(hiddenPool{pool}, inbox.PostgresConfig{Table: t.InboxTable})
+	case t.mysql():
+		plain, err = inbox.NewMySQLStore(hiddenSQL{db}, inbox.MySQLConfig{Table: t.InboxTable})
+	}
+	if err == nil && plain != nil {
+		t.Unfolded, err = inbox.New(inbox.Config{Store: plain, Consumer: t.consumer})
+	}
 	return t, err
+}
+
+// hiddenPool is a PgxDB that is not a *pgxpool.Pool.
+type hiddenPool struct{ inbox.PgxDB }
+
+// hiddenSQL is a SQLDB that is not a *sql.DB.
+type hiddenSQL struct{ inbox.SQLDB }
+
+// WithUnfolded is WithInbox through Unfolded.
+func (t *Target) WithUnfolded(ctx context.Context, key string) error {
+	_, err := t.Unfolded.Process(ctx, t.consumer, key, func(ctx context.Context) error {
+		return t.work(ctx, txOf(ctx), key)
+	})
+	return err
 }
 
 // Drop drops the tables NewTarget created, the inbox table only when dropInbox.
@@ -592,4 +623,95 @@ func Open(ctx context.Context, flavour string, relaxed bool) (pool *pgxpool.Pool
 		}
 	}
 	return nil, db, closeFn, nil
+}
+
+// Paired compares a baseline A and a candidate B under the same noise: every worker
+// alternates A and B, op by op, so that a burst of load elsewhere on the machine slows
+// both alike. It runs n ops of each (or, with n == 0, for d), each with a fresh key. A
+// side's rate is what it would sustain alone: its ops over its summed latency divided by
+// workers. Ratios holds B's rate over A's per window of the run (consecutive slices of
+// about 16 ops per worker and side), whose median Ratio reports.
+func Paired(ctx context.Context, workers, n int, d time.Duration, a, b Op) (AB, error) {
+	type sample struct {
+		at  time.Duration
+		lat time.Duration
+		b   bool
+	}
+	keys := NewKeyer()
+	var next atomic.Int64
+	var mu sync.Mutex
+	var samples []sample
+	var firstErr error
+	start := time.Now()
+	deadline := start.Add(d)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			var mine []sample
+			for j := 0; ; j++ {
+				i := int(next.Add(1)) - 1
+				if n > 0 && i >= 2*n || n == 0 && time.Now().After(deadline) {
+					break
+				}
+				op, isB := a, (j+w)%2 == 1
+				if isB {
+					op = b
+				}
+				t0 := time.Now()
+				if err := op(ctx, keys.Next()); err != nil {
+					mu.Lock()
+					firstErr = cmp(firstErr, err)
+					mu.Unlock()
+					next.Store(1 << 62)
+					break
+				}
+				mine = append(mine, sample{at: t0.Sub(start), lat: time.Since(t0), b: isB})
+			}
+			mu.Lock()
+			samples = append(samples, mine...)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return AB{}, firstErr
+	}
+	slices.SortFunc(samples, func(x, y sample) int { return int(x.at - y.at) })
+	var ab AB
+	rate := func(ops int, sum time.Duration) float64 {
+		return float64(ops) / (sum.Seconds() / float64(workers))
+	}
+	window := max(2, 32*workers)
+	var sumA, sumB, winA, winB time.Duration
+	var opsA, opsB, nA, nB int
+	for i, s := range samples {
+		if s.b {
+			ab.B.Latencies = append(ab.B.Latencies, s.lat)
+			sumB += s.lat
+			winB += s.lat
+			opsB++
+			nB++
+		} else {
+			ab.A.Latencies = append(ab.A.Latencies, s.lat)
+			sumA += s.lat
+			winA += s.lat
+			opsA++
+			nA++
+		}
+		if (i+1)%window == 0 || i == len(samples)-1 {
+			if nA > 0 && nB > 0 {
+				ra, rb := rate(nA, winA), rate(nB, winB)
+				ab.RatesA = append(ab.RatesA, ra)
+				ab.RatesB = append(ab.RatesB, rb)
+				ab.Ratios = append(ab.Ratios, rb/ra)
+			}
+			winA, winB, nA, nB = 0, 0, 0, 0
+		}
+	}
+	ab.A.Ops, ab.B.Ops = opsA, opsB
+	ab.A.Elapsed = sumA / time.Duration(max(1, workers))
+	ab.B.Elapsed = sumB / time.Duration(max(1, workers))
+	slices.Sort(ab.A.Latencies)
+	slices.Sort(ab.B.Latencies)
+	return ab, nil
 }
