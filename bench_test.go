@@ -17,19 +17,14 @@ import (
 )
 
 // The benchmarks measure what the inbox costs against its baseline, in the same process
-// and run, A/B/A/B (see docs/benchmarks.md). Every one works at -benchtime=1x, as CI runs
+// and run: every worker alternates baseline and candidate op by op (benchload.Paired), so
+// that the load of a shared machine falls on both alike; b.N is the ops of each side.
+// See docs/benchmarks.md. Every one works at -benchtime=1x, as CI runs
 // them; the big setups (10 M keys, 1 M keys to purge) need INBOX_BENCH_FULL=1 and run a
 // small version otherwise. No timing is asserted.
 
 // benchFull reports whether the big setups were asked for.
 func benchFull() bool { return os.Getenv("INBOX_BENCH_FULL") == "1" }
-
-// benchRounds is how many A/B rounds a benchmark of b.N ops per side runs, and the ops
-// per round.
-func benchRounds(b *testing.B) (rounds, n int) {
-	rounds = min(b.N, 4)
-	return rounds, max(1, b.N/rounds)
-}
 
 // benchDB opens a database for one flavour, with relaxed durability when asked
 // (synchronous_commit=off on PostgreSQL; innodb_flush_log_at_trx_commit=2 on MariaDB and
@@ -80,9 +75,8 @@ func BenchmarkOverhead(b *testing.B) {
 					b.Run(name, func(b *testing.B) {
 						pool, db := benchDB(b, flavour, durability == "relaxed")
 						tgt := benchTarget(b, pool, db, flavour, stmts, "")
-						rounds, n := benchRounds(b)
 						b.ResetTimer()
-						ab, err := benchload.Compare(context.Background(), rounds, workers, n, 0, tgt.Baseline, tgt.WithInbox)
+						ab, err := benchload.Paired(context.Background(), workers, b.N, 0, tgt.Baseline, tgt.WithInbox)
 						require.NoError(b, err)
 						reportAB(b, ab, "plain", "inbox")
 					})
@@ -92,8 +86,8 @@ func BenchmarkOverhead(b *testing.B) {
 	}
 }
 
-// BenchmarkDuplicates: skipped duplicates against first deliveries. Each round delivers
-// n new keys, then the same n keys again.
+// BenchmarkDuplicates: skipped duplicates against first deliveries. The first-delivery
+// side processes new keys and queues them; the duplicate side delivers a queued key again.
 func BenchmarkDuplicates(b *testing.B) {
 	for _, flavour := range benchFlavours {
 		for _, workers := range []int{1, 8} {
@@ -101,22 +95,25 @@ func BenchmarkDuplicates(b *testing.B) {
 				pool, db := benchDB(b, flavour, false)
 				tgt := benchTarget(b, pool, db, flavour, 1, "")
 				ctx := context.Background()
-				rounds, n := benchRounds(b)
-				var ab benchload.AB
-				b.ResetTimer()
-				for r := range rounds {
-					key := func(i int) string { return fmt.Sprintf("dup-%d-%d", r, i) }
-					first, err := benchload.Run(ctx, workers, n, 0, key, tgt.WithInbox)
-					require.NoError(b, err)
-					dups, err := benchload.Run(ctx, workers, n, 0, key, tgt.WithInbox)
-					require.NoError(b, err)
-					ab.A, ab.B = first, dups
-					ab.Ratios = append(ab.Ratios, dups.Rate()/first.Rate())
+				done := make(chan string, b.N+workers)
+				first := func(ctx context.Context, key string) error {
+					err := tgt.WithInbox(ctx, key)
+					if err == nil {
+						done <- key
+					}
+					return err
 				}
+				for i := range workers { // so that a worker starting with a duplicate has one
+					require.NoError(b, first(ctx, fmt.Sprintf("seed-%d", i)))
+				}
+				dup := func(ctx context.Context, _ string) error { return tgt.WithInbox(ctx, <-done) }
+				b.ResetTimer()
+				ab, err := benchload.Paired(ctx, workers, b.N, 0, first, dup)
+				require.NoError(b, err)
 				b.StopTimer()
 				applied, err := tgt.Applied(ctx)
 				require.NoError(b, err)
-				require.Equal(b, int64(rounds*n), applied, "every duplicate must have been skipped")
+				require.Equal(b, int64(ab.A.Ops+workers), applied, "every duplicate must have been skipped")
 				reportAB(b, ab, "first", "dup")
 			})
 		}
@@ -133,14 +130,13 @@ func BenchmarkCheckThenMark(b *testing.B) {
 				pool, db := benchDB(b, flavour, false)
 				tgt := benchTarget(b, pool, db, flavour, 1, "")
 				naive := func(ctx context.Context, key string) error { _, err := tgt.Naive(ctx, key); return err }
-				rounds, n := benchRounds(b)
 				b.ResetTimer()
-				ab, err := benchload.Compare(context.Background(), rounds, workers, n, 0, naive, tgt.WithInbox)
+				ab, err := benchload.Paired(context.Background(), workers, b.N, 0, naive, tgt.WithInbox)
 				require.NoError(b, err)
 				reportAB(b, ab, "naive", "inbox")
 				if workers > 1 {
 					b.StopTimer()
-					keys := max(20, min(n, 500))
+					keys := max(20, min(b.N, 500))
 					b.ReportMetric(float64(raceDoubles(b, pool, db, flavour, workers, keys, true)), "naive-doubles")
 					b.ReportMetric(float64(raceDoubles(b, pool, db, flavour, workers, keys, false)), "inbox-doubles")
 				}
@@ -222,9 +218,8 @@ func BenchmarkTableSize(b *testing.B) {
 				pool, db := benchDB(b, flavour, false)
 				empty := benchTarget(b, pool, db, flavour, 1, "")
 				big := benchTarget(b, pool, db, flavour, 1, bigTable(b, pool, db, flavour))
-				rounds, n := benchRounds(b)
 				b.ResetTimer()
-				ab, err := benchload.Compare(context.Background(), rounds, workers, n, 0, empty.WithInbox, big.WithInbox)
+				ab, err := benchload.Paired(context.Background(), workers, b.N, 0, empty.WithInbox, big.WithInbox)
 				require.NoError(b, err)
 				reportAB(b, ab, "empty", "big")
 			})

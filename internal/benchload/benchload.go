@@ -55,6 +55,7 @@ type Target struct {
 
 	InboxTable, accounts, log, naive string
 	consumer                         string
+	variants                         []string
 }
 
 func (t *Target) mysql() bool { return t.Flavour == "mariadb" || t.Flavour == "mysql" }
@@ -174,7 +175,7 @@ func (t *Target) WithUnfolded(ctx context.Context, key string) error {
 
 // Drop drops the tables NewTarget created, the inbox table only when dropInbox.
 func (t *Target) Drop(ctx context.Context, dropInbox bool) error {
-	tables := []string{t.accounts, t.log, t.naive}
+	tables := append([]string{t.accounts, t.log, t.naive}, t.variants...)
 	if dropInbox {
 		tables = append(tables, t.InboxTable, t.InboxTable+"_attempts")
 	}
@@ -317,7 +318,12 @@ type Result struct {
 }
 
 // Rate returns ops per second.
-func (r Result) Rate() float64 { return float64(r.Ops) / r.Elapsed.Seconds() }
+func (r Result) Rate() float64 {
+	if r.Ops == 0 {
+		return 0
+	}
+	return float64(r.Ops) / r.Elapsed.Seconds()
+}
 
 // Percentile returns the p-th percentile latency (0 < p <= 100).
 func (r Result) Percentile(p float64) time.Duration {
@@ -714,4 +720,40 @@ func Paired(ctx context.Context, workers, n int, d time.Duration, a, b Op) (AB, 
 	slices.Sort(ab.A.Latencies)
 	slices.Sort(ab.B.Latencies)
 	return ab, nil
+}
+
+// Variant returns an Op running the inbox on a copy of the inbox table whose
+// processed_at index is a BRIN ("brin") or absent ("noindex"), to measure what the
+// B-tree costs each insert. PostgreSQL only; the copy is dropped by Drop.
+func (t *Target) Variant(ctx context.Context, variant string) (Op, error) {
+	if t.Flavour != "pgx" {
+		return nil, fmt.Errorf("variant %q: pgx only", variant)
+	}
+	table := t.InboxTable + "_" + variant
+	store, err := inbox.NewPostgresStore(t.Pool, inbox.PostgresConfig{Table: table})
+	if err != nil {
+		return nil, err
+	}
+	if err := store.CreateSchema(ctx); err != nil {
+		return nil, err
+	}
+	t.variants = append(t.variants, table, table+"_attempts")
+	idx := pgx.Identifier{table + "_processed_at"}.Sanitize()
+	q := `DROP INDEX ` + idx
+	if variant == "brin" {
+		q += `; CREATE INDEX ` + idx + ` ON ` + t.quote(table) + ` USING brin (processed_at)`
+	}
+	if err := t.Exec(ctx, q); err != nil {
+		return nil, err
+	}
+	ib, err := inbox.New(inbox.Config{Store: store, Consumer: t.consumer})
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context, key string) error {
+		_, err := ib.Process(ctx, t.consumer, key, func(ctx context.Context) error {
+			return t.work(ctx, txOf(ctx), key)
+		})
+		return err
+	}, nil
 }
