@@ -27,7 +27,7 @@ for f in $flavours; do
   c=${colors[$i]}
   plots+="'$data' index $i using 1:2 with linespoints lc $c dt 2 pt 6 title '$f plain tx', "
   plots+="'$data' index $i using 1:3 with linespoints lc $c dt 1 pt 7 title '$f with inbox', "
-  ratios+="'$data' index $i using 1:(\$3/\$2) with linespoints lc $c dt 1 pt 7 title '$f', "
+  ratios+="'$data' index $i using 1:4 with linespoints lc $c dt 1 pt 7 title '$f', "
   i=$((i + 1))
 done
 
