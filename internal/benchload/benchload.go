@@ -241,6 +241,23 @@ func (t *Target) Baseline(ctx context.Context, key string) error {
 	return tx.Commit()
 }
 
+// BaselineRC is Baseline asking database/sql for READ COMMITTED explicitly, as the
+// stores do: on MySQL and MariaDB the driver then sends SET TRANSACTION ISOLATION LEVEL
+// as a round trip of its own. Baseline on pgx.
+func (t *Target) BaselineRC(ctx context.Context, key string) error {
+	if t.Pool != nil {
+		return t.Baseline(ctx, key)
+	}
+	tx, err := t.DB.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		return err
+	}
+	if err := t.work(ctx, tx, key); err != nil {
+		return errors.Join(err, tx.Rollback())
+	}
+	return tx.Commit()
+}
+
 // WithInbox is the handler behind the inbox (Inbox.Process).
 func (t *Target) WithInbox(ctx context.Context, key string) error {
 	_, err := t.Inbox.Process(ctx, t.consumer, key, func(ctx context.Context) error {
