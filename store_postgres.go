@@ -157,7 +157,7 @@ func (s *PostgresStore) ClaimIn(ctx context.Context, tx any, rec Record) (Claim,
 func (s *PostgresStore) claim(ctx context.Context, tx pgx.Tx, rec Record, joined bool) (Claim, error) {
 	batch := &pgx.Batch{}
 	if s.cfg.LockTimeout > 0 {
-		batch.Queue(s.sql.lockSet, fmt.Sprintf("%dms", s.cfg.LockTimeout.Milliseconds()))
+		batch.Queue(s.sql.lockSet, fmt.Sprintf("%dms", lockTimeoutMillis(s.cfg.LockTimeout)))
 	}
 	batch.Queue(s.sql.insert, rec.Consumer, rec.Key, rec.Fingerprint)
 	batch.Queue(s.sql.stored, rec.Consumer, rec.Key)
@@ -252,6 +252,12 @@ func (s *PostgresStore) Verify(ctx context.Context) error {
 		return s.wrap("checking the tables", err)
 	}
 	return nil
+}
+
+// lockTimeoutMillis returns d in whole milliseconds for lock_timeout, rounded up: a
+// sub-millisecond timeout must not become 0, which means no timeout.
+func lockTimeoutMillis(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
 
 // wrap names what failed and classifies PostgreSQL's own error codes.

@@ -147,7 +147,7 @@ func (f *foldedClaim) beginInsert(conn *pgconn.PgConn, rec Record) (string, bool
 	b.Grow(len(f.begin) + len(f.table) + len(rec.Consumer) + len(rec.Key) + 2*len(rec.Fingerprint) + 160)
 	b.WriteString(f.begin)
 	if f.s.cfg.LockTimeout > 0 {
-		fmt.Fprintf(&b, "; SET LOCAL lock_timeout = %d", f.s.cfg.LockTimeout.Milliseconds())
+		fmt.Fprintf(&b, "; SET LOCAL lock_timeout = %d", lockTimeoutMillis(f.s.cfg.LockTimeout))
 	}
 	b.WriteString("; INSERT INTO ")
 	b.WriteString(f.table)
