@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"strconv"
 	"sync"
@@ -19,9 +20,9 @@ import (
 // The benchmarks measure what the inbox costs against its baseline, in the same process
 // and run: every worker alternates baseline and candidate op by op (benchload.Paired), so
 // that the load of a shared machine falls on both alike; b.N is the ops of each side.
-// See docs/benchmarks.md. Every one works at -benchtime=1x, as CI runs
-// them; the big setups (10 M keys, 1 M keys to purge) need INBOX_BENCH_FULL=1 and run a
-// small version otherwise. No timing is asserted.
+// See docs/benchmarks.md. Every one works at -benchtime=1x, as CI runs them; the big
+// setups (10 M keys, 1 M keys to purge) need INBOX_BENCH_FULL=1 and run a small version
+// otherwise. No timing is asserted.
 
 // benchFull reports whether the big setups were asked for.
 func benchFull() bool { return os.Getenv("INBOX_BENCH_FULL") == "1" }
@@ -49,7 +50,7 @@ var benchFlavours = []string{"pgx", "sqlpg", "mariadb", "mysql"}
 func benchTarget(b *testing.B, pool *pgxpool.Pool, db *sql.DB, flavour string, stmts int, inboxTable string) *benchload.Target {
 	b.Helper()
 	ctx := context.Background()
-	suffix := fmt.Sprintf("%d_%d", time.Now().UnixNano()%1e9, stmts)
+	suffix := fmt.Sprintf("%d_%08x_%d", time.Now().UnixNano()%1e9, rand.Uint32(), stmts)
 	tgt, err := benchload.NewTarget(ctx, flavour, pool, db, stmts, suffix, inboxTable)
 	if tgt != nil {
 		b.Cleanup(func() { _ = tgt.Drop(context.Background(), inboxTable == "") })

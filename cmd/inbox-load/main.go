@@ -63,6 +63,9 @@ func main() {
 			suffix := fmt.Sprintf("load_%d", time.Now().UnixNano()%1e9)
 			tgt, err := benchload.NewTarget(ctx, flavour, pool, db, *stmts, suffix, "")
 			if err != nil {
+				if tgt != nil {
+					_ = tgt.Drop(ctx, true)
+				}
 				closeFn()
 				log.Fatalf("%s: %v", flavour, err)
 			}

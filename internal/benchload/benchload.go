@@ -98,7 +98,8 @@ func (t *Target) QueryInt(ctx context.Context, q string, args ...any) (int64, er
 
 // NewTarget creates the tables of one benchmark run (suffix makes them unique) and the
 // store and inbox on them. inboxTable, when set, is an existing inbox table to use (the
-// 10 M keys one); otherwise a fresh one is created. Drop removes what it created.
+// 10 M keys one); otherwise a fresh one is created. Drop removes what it created; after
+// an error too, when the returned Target is not nil.
 func NewTarget(ctx context.Context, flavour string, pool *pgxpool.Pool, db *sql.DB, stmts int, suffix, inboxTable string) (*Target, error) {
 	t := &Target{Flavour: flavour, Pool: pool, DB: db, Stmts: stmts, consumer: "bench",
 		InboxTable: inboxTable, accounts: "bench_acct_" + suffix, log: "bench_log_" + suffix, naive: "bench_naive_" + suffix}
@@ -120,7 +121,7 @@ func NewTarget(ctx context.Context, flavour string, pool *pgxpool.Pool, db *sql.
 		return nil, err
 	}
 	if err := t.Store.(interface{ CreateSchema(context.Context) error }).CreateSchema(ctx); err != nil {
-		return nil, err
+		return t, err
 	}
 	ddl := []string{
 		`CREATE TABLE ` + t.quote(t.accounts) + ` (id int PRIMARY KEY, n bigint NOT NULL)`,
@@ -141,7 +142,7 @@ func NewTarget(ctx context.Context, flavour string, pool *pgxpool.Pool, db *sql.
 	}
 	for _, q := range ddl {
 		if err := t.Exec(ctx, q); err != nil {
-			return nil, fmt.Errorf("%s: %w", q, err)
+			return t, fmt.Errorf("%s: %w", q, err)
 		}
 	}
 	t.Inbox, err = inbox.New(inbox.Config{Store: t.Store, Consumer: t.consumer})
