@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -37,10 +39,17 @@ type MySQLConfig struct {
 //
 // It works with any DSN of that driver: it needs neither parseTime, multiStatements nor
 // a particular clientFoundRows, time zone or collation.
+//
+// Over a *sql.DB, the key's INSERT is a statement prepared once per connection: without
+// interpolateParams in the DSN the driver would otherwise prepare, execute and close it
+// each time, two round trips instead of one.
 type MySQLStore struct {
 	db  SQLDB
 	cfg MySQLConfig
 	sql mysqlQueries
+
+	prepareMu  sync.Mutex
+	insertStmt atomic.Pointer[sql.Stmt] // nil until prepared
 }
 
 var _ Store = (*MySQLStore)(nil)
@@ -181,16 +190,46 @@ func (s *MySQLStore) claim(ctx context.Context, tx *sql.Tx, rec Record, joined b
 	return claim, nil
 }
 
+// preparer is what *sql.DB has beyond SQLDB to prepare statements.
+type preparer interface {
+	PrepareContext(ctx context.Context, query string) (*sql.Stmt, error)
+}
+
+// execInsert runs the insert in tx, through the prepared statement when db can prepare.
+func (s *MySQLStore) execInsert(ctx context.Context, tx *sql.Tx, rec Record) error {
+	stmt := s.insertStmt.Load()
+	if stmt == nil {
+		if p, ok := s.db.(preparer); ok {
+			s.prepareMu.Lock()
+			if stmt = s.insertStmt.Load(); stmt == nil {
+				// Prepared on one connection now, and by database/sql on each other one the
+				// first time a transaction there uses it. A failure leaves the plain path.
+				if prepared, err := p.PrepareContext(ctx, s.sql.insert); err == nil {
+					s.insertStmt.Store(prepared)
+					stmt = prepared
+				}
+			}
+			s.prepareMu.Unlock()
+		}
+	}
+	var err error
+	if stmt != nil {
+		_, err = tx.StmtContext(ctx, stmt).ExecContext(ctx, rec.Consumer, rec.Key, rec.Fingerprint)
+	} else {
+		_, err = tx.ExecContext(ctx, s.sql.insert, rec.Consumer, rec.Key, rec.Fingerprint)
+	}
+	return err
+}
+
 // insert inserts rec's key, under the configured lock wait timeout if there is one.
 func (s *MySQLStore) insert(ctx context.Context, tx *sql.Tx, rec Record) error {
 	if s.cfg.LockTimeout <= 0 {
-		_, err := tx.ExecContext(ctx, s.sql.insert, rec.Consumer, rec.Key, rec.Fingerprint)
-		return err
+		return s.execInsert(ctx, tx, rec)
 	}
 	if _, err := tx.ExecContext(ctx, s.sql.lockSet); err != nil {
 		return fmt.Errorf("setting innodb_lock_wait_timeout: %w", err)
 	}
-	_, err := tx.ExecContext(ctx, s.sql.insert, rec.Consumer, rec.Key, rec.Fingerprint)
+	err := s.execInsert(ctx, tx, rec)
 	// Restore the session's value even when the insert failed or ctx ended, so that the
 	// connection goes back to the pool as it came.
 	if _, rerr := tx.ExecContext(context.WithoutCancel(ctx), s.sql.lockRestored); rerr != nil && err == nil {

@@ -41,10 +41,22 @@ type PostgresConfig struct {
 // PostgresStore is a Store on PostgreSQL through pgx. Handlers get a pgx.Tx from
 // TxFromContext. A pgx transaction does not roll back when its context is cancelled:
 // the middleware rolls back itself, with a context that cannot be cancelled.
+//
+// Over a *pgxpool.Pool or a *pgx.Conn, at READ COMMITTED, a claim costs one round trip:
+// the key's INSERT travels with the BEGIN, in one simple-protocol query, with the key
+// quoted into the SQL text (only when the server has standard_conforming_strings on and
+// the client encoding is UTF8, which makes doubling single quotes a complete quoting; a
+// key that is not valid UTF-8 or holds a NUL never gets there). A duplicate fails that
+// query with unique_violation; the rollback and the read of what the first delivery
+// stored then share a second round trip. Joined transactions, other PgxDB values and
+// other isolation levels use two round trips: BEGIN, then a pipelined INSERT ... ON
+// CONFLICT DO NOTHING and read.
 type PostgresStore struct {
 	db  PgxDB
 	cfg PostgresConfig
 	sql postgresQueries
+	// folded claims in one round trip; nil when db or the config does not allow it.
+	folded *foldedClaim
 }
 
 var _ Store = (*PostgresStore)(nil)
@@ -73,7 +85,11 @@ func NewPostgresStore(db PgxDB, cfg PostgresConfig) (*PostgresStore, error) {
 	if cfg.LockTimeout < 0 {
 		return nil, fmt.Errorf("inbox: invalid store config: LockTimeout is %v: use 0 for no bound, or a positive duration", cfg.LockTimeout)
 	}
-	return &PostgresStore{db: db, cfg: cfg, sql: newPostgresQueries(cfg.Table)}, nil
+	s := &PostgresStore{db: db, cfg: cfg, sql: newPostgresQueries(cfg.Table)}
+	if cfg.TxOptions.IsoLevel == pgx.ReadCommitted && cfg.TxOptions.BeginQuery == "" {
+		s.folded = newFoldedClaim(s)
+	}
+	return s, nil
 }
 
 // newPostgresQueries returns the statements of the PostgreSQL stores (pgx and
@@ -112,6 +128,9 @@ func (s *PostgresStore) CreateSchema(ctx context.Context) error {
 
 // Claim implements Store.
 func (s *PostgresStore) Claim(ctx context.Context, rec Record) (Claim, error) {
+	if s.folded != nil {
+		return s.folded.claim(ctx, rec)
+	}
 	tx, err := s.db.BeginTx(ctx, s.cfg.TxOptions)
 	if err != nil {
 		return Claim{}, s.wrap("beginning the transaction", err)
@@ -138,7 +157,7 @@ func (s *PostgresStore) ClaimIn(ctx context.Context, tx any, rec Record) (Claim,
 func (s *PostgresStore) claim(ctx context.Context, tx pgx.Tx, rec Record, joined bool) (Claim, error) {
 	batch := &pgx.Batch{}
 	if s.cfg.LockTimeout > 0 {
-		batch.Queue(s.sql.lockSet, fmt.Sprintf("%dms", s.cfg.LockTimeout.Milliseconds()))
+		batch.Queue(s.sql.lockSet, fmt.Sprintf("%dms", lockTimeoutMillis(s.cfg.LockTimeout)))
 	}
 	batch.Queue(s.sql.insert, rec.Consumer, rec.Key, rec.Fingerprint)
 	batch.Queue(s.sql.stored, rec.Consumer, rec.Key)
@@ -235,6 +254,12 @@ func (s *PostgresStore) Verify(ctx context.Context) error {
 	return nil
 }
 
+// lockTimeoutMillis returns d in whole milliseconds for lock_timeout, rounded up: a
+// sub-millisecond timeout must not become 0, which means no timeout.
+func lockTimeoutMillis(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
 // wrap names what failed and classifies PostgreSQL's own error codes.
 func (s *PostgresStore) wrap(doing string, err error) error {
 	return wrapPostgres(doing, s.cfg.Table, "(*PostgresStore).CreateSchema", err)
@@ -262,6 +287,9 @@ type pgxInboxTx struct {
 	store  *PostgresStore
 	rec    Record
 	joined bool
+	// release gives the connection of a folded claim back to its pool once the
+	// transaction ended; nil otherwise.
+	release func()
 }
 
 func (t *pgxInboxTx) Handle() any { return t.tx }
@@ -269,12 +297,18 @@ func (t *pgxInboxTx) Handle() any { return t.tx }
 func (t *pgxInboxTx) Commit(ctx context.Context, output []byte) error {
 	if output != nil {
 		if _, err := t.tx.Exec(ctx, t.store.sql.setOutput, t.rec.Consumer, t.rec.Key, output); err != nil {
-			return t.ended("storing the produced messages", err)
+			err = t.ended("storing the produced messages", err)
+			if t.release != nil { // end it here, so the connection goes back now
+				err = errors.Join(err, rollbackPgx(ctx, t.tx))
+				t.done()
+			}
+			return err
 		}
 	}
 	if t.joined {
 		return nil
 	}
+	defer t.done()
 	if err := t.tx.Commit(ctx); err != nil {
 		return t.ended("committing", err)
 	}
@@ -285,7 +319,16 @@ func (t *pgxInboxTx) Rollback(ctx context.Context) error {
 	if t.joined {
 		return nil
 	}
+	defer t.done()
 	return rollbackPgx(ctx, t.tx)
+}
+
+// done releases the connection of a folded claim, once.
+func (t *pgxInboxTx) done() {
+	if t.release != nil {
+		t.release()
+		t.release = nil
+	}
 }
 
 func (t *pgxInboxTx) ended(doing string, err error) error {

@@ -102,7 +102,7 @@ func (s *SQLPostgresStore) ClaimIn(ctx context.Context, tx any, rec Record) (Cla
 // wait, so it sees the row of the transaction that made it wait.
 func (s *SQLPostgresStore) claim(ctx context.Context, tx *sql.Tx, rec Record, joined bool) (Claim, error) {
 	if s.cfg.LockTimeout > 0 {
-		if _, err := tx.ExecContext(ctx, s.sql.lockSet, fmt.Sprintf("%dms", s.cfg.LockTimeout.Milliseconds())); err != nil {
+		if _, err := tx.ExecContext(ctx, s.sql.lockSet, fmt.Sprintf("%dms", lockTimeoutMillis(s.cfg.LockTimeout))); err != nil {
 			return Claim{}, s.wrap("setting the lock timeout", err)
 		}
 	}

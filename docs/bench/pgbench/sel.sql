@@ -1,0 +1,4 @@
+\set id random(0, 4095)
+BEGIN ISOLATION LEVEL READ COMMITTED \; SELECT 1;
+UPDATE pgb_acct SET n = n + 1 WHERE id = :id;
+COMMIT;

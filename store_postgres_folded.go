@@ -1,0 +1,181 @@
+package inbox
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// foldedClaim claims a key in one round trip: BEGIN and the key's INSERT in one
+// simple-protocol query (see PostgresStore).
+type foldedClaim struct {
+	s *PostgresStore
+	// acquire returns a connection and the func that gives it back.
+	acquire func(ctx context.Context) (*pgx.Conn, func(), error)
+	// begin is the BEGIN of s.cfg.TxOptions; table the quoted table name.
+	begin, table string
+}
+
+// newFoldedClaim returns a foldedClaim for s, or nil when s.db is neither a
+// *pgxpool.Pool nor a *pgx.Conn.
+func newFoldedClaim(s *PostgresStore) *foldedClaim {
+	f := &foldedClaim{s: s, table: pgx.Identifier{s.cfg.Table}.Sanitize()}
+	switch db := s.db.(type) {
+	case *pgxpool.Pool:
+		f.acquire = func(ctx context.Context) (*pgx.Conn, func(), error) {
+			c, err := db.Acquire(ctx)
+			if err != nil {
+				return nil, nil, err
+			}
+			return c.Conn(), c.Release, nil
+		}
+	case *pgx.Conn:
+		f.acquire = func(context.Context) (*pgx.Conn, func(), error) { return db, func() {}, nil }
+	default:
+		return nil
+	}
+	o := s.cfg.TxOptions
+	f.begin = "BEGIN ISOLATION LEVEL " + string(o.IsoLevel)
+	if o.AccessMode != "" {
+		f.begin += " " + string(o.AccessMode)
+	}
+	if o.DeferrableMode != "" {
+		f.begin += " " + string(o.DeferrableMode)
+	}
+	return f
+}
+
+// pgUniqueViolation is PostgreSQL's unique_violation: the key is there already.
+const pgUniqueViolation = "23505"
+
+func (f *foldedClaim) claim(ctx context.Context, rec Record) (Claim, error) {
+	conn, release, err := f.acquire(ctx)
+	if err != nil {
+		return Claim{}, f.s.wrap("acquiring a connection", err)
+	}
+	query, ok := f.beginInsert(conn.PgConn(), rec)
+	if !ok { // not provably safe to quote: the parameterized claim, on this connection
+		tx, err := conn.BeginTx(ctx, f.s.cfg.TxOptions)
+		if err != nil {
+			release()
+			return Claim{}, f.s.wrap("beginning the transaction", err)
+		}
+		claim, err := f.s.claim(ctx, tx, rec, false)
+		if err != nil || claim.Duplicate {
+			err = errors.Join(err, rollbackPgx(ctx, tx))
+			release()
+			return claim, err
+		}
+		claim.Tx.(*pgxInboxTx).release = release
+		return claim, nil
+	}
+
+	opts := f.s.cfg.TxOptions
+	opts.BeginQuery = query
+	tx, err := conn.BeginTx(ctx, opts)
+	if err == nil {
+		return Claim{Tx: &pgxInboxTx{tx: tx, store: f.s, rec: rec, release: release}}, nil
+	}
+	defer release()
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == pgUniqueViolation && pgErr.TableName == f.s.cfg.Table {
+		return f.duplicate(ctx, conn, rec)
+	}
+	// The transaction may have begun (a lock timeout, a missing table): end it, so that
+	// the connection goes back to the pool idle rather than being destroyed. Outside a
+	// transaction ROLLBACK only warns.
+	if !conn.IsClosed() {
+		_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+	}
+	return Claim{}, f.s.wrap("inserting the key", err)
+}
+
+// duplicate rolls back the transaction the duplicate key aborted and reads what the
+// first delivery stored, in one round trip; at READ COMMITTED, outside the transaction,
+// the read sees the committed row that made the insert fail.
+func (f *foldedClaim) duplicate(ctx context.Context, conn *pgx.Conn, rec Record) (Claim, error) {
+	// encode(..., 'hex') whatever the session's bytea_output.
+	q := "ROLLBACK; SELECT encode(fingerprint, 'hex'), encode(output, 'hex') FROM " + f.table +
+		" WHERE consumer = " + quoteLiteral(rec.Consumer) + " AND key = " + quoteLiteral(rec.Key)
+	results, err := conn.PgConn().Exec(context.WithoutCancel(ctx), q).ReadAll()
+	if err != nil {
+		return Claim{}, f.s.wrap("reading the stored key", err)
+	}
+	if len(results) != 2 || len(results[1].Rows) == 0 { // deleted (Forget, purge) since the insert
+		return Claim{}, fmt.Errorf("inbox: the key vanished while being claimed: %w", ErrContended)
+	}
+	row := results[1].Rows[0]
+	claim := Claim{Duplicate: true}
+	if claim.Fingerprint, err = decodeHex(row[0]); err == nil {
+		claim.Output, err = decodeHex(row[1])
+	}
+	if err != nil {
+		return Claim{}, f.s.wrap("reading the stored key", err)
+	}
+	return claim, nil
+}
+
+// decodeHex decodes a hex text column; NULL stays nil.
+func decodeHex(text []byte) ([]byte, error) {
+	if text == nil {
+		return nil, nil
+	}
+	out := make([]byte, hex.DecodedLen(len(text)))
+	_, err := hex.Decode(out, text)
+	return out, err
+}
+
+// beginInsert returns the simple query that begins the transaction and inserts rec's
+// key, with the lock timeout around the insert when one is set. It reports false when
+// the values cannot be quoted provably safely on conn: quoteLiteral is complete only
+// with standard_conforming_strings on (a backslash is then an ordinary character) and a
+// UTF8 client encoding (no multibyte character can hide a quote), for valid UTF-8 text
+// without NUL.
+func (f *foldedClaim) beginInsert(conn *pgconn.PgConn, rec Record) (string, bool) {
+	if conn.ParameterStatus("standard_conforming_strings") != "on" || conn.ParameterStatus("client_encoding") != "UTF8" ||
+		!literalSafe(rec.Consumer) || !literalSafe(rec.Key) {
+		return "", false
+	}
+	var b strings.Builder
+	b.Grow(len(f.begin) + len(f.table) + len(rec.Consumer) + len(rec.Key) + 2*len(rec.Fingerprint) + 160)
+	b.WriteString(f.begin)
+	if f.s.cfg.LockTimeout > 0 {
+		fmt.Fprintf(&b, "; SET LOCAL lock_timeout = %d", lockTimeoutMillis(f.s.cfg.LockTimeout))
+	}
+	b.WriteString("; INSERT INTO ")
+	b.WriteString(f.table)
+	b.WriteString(" (consumer, key, fingerprint) VALUES (")
+	b.WriteString(quoteLiteral(rec.Consumer))
+	b.WriteString(", ")
+	b.WriteString(quoteLiteral(rec.Key))
+	if rec.Fingerprint == nil {
+		b.WriteString(", NULL)")
+	} else {
+		b.WriteString(", '\\x")
+		b.WriteString(hex.EncodeToString(rec.Fingerprint))
+		b.WriteString("'::bytea)")
+	}
+	if f.s.cfg.LockTimeout > 0 {
+		b.WriteString("; SET LOCAL lock_timeout TO DEFAULT")
+	}
+	return b.String(), true
+}
+
+// literalSafe reports whether s can go into a string literal: valid UTF-8 without NUL
+// (storableKey makes every key so; the check stays here, next to the quoting).
+func literalSafe(s string) bool {
+	return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0
+}
+
+// quoteLiteral returns s as a PostgreSQL string literal, for a server with
+// standard_conforming_strings on and UTF8 client encoding (see beginInsert).
+func quoteLiteral(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
+}
