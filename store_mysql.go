@@ -144,6 +144,7 @@ func (s *MySQLStore) CreateSchema(ctx context.Context) error {
 
 // Claim implements Store.
 func (s *MySQLStore) Claim(ctx context.Context, rec Record) (Claim, error) {
+	s.prepareInsert(ctx)
 	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: s.cfg.Isolation})
 	if err != nil {
 		return Claim{}, s.wrap("beginning the transaction", err)
@@ -195,25 +196,30 @@ type preparer interface {
 	PrepareContext(ctx context.Context, query string) (*sql.Stmt, error)
 }
 
-// execInsert runs the insert in tx, through the prepared statement when db can prepare.
-func (s *MySQLStore) execInsert(ctx context.Context, tx *sql.Tx, rec Record) error {
-	stmt := s.insertStmt.Load()
-	if stmt == nil {
-		if p, ok := s.db.(preparer); ok {
-			s.prepareMu.Lock()
-			if stmt = s.insertStmt.Load(); stmt == nil {
-				// Prepared on one connection now, and by database/sql on each other one the
-				// first time a transaction there uses it. A failure leaves the plain path.
-				if prepared, err := p.PrepareContext(ctx, s.sql.insert); err == nil {
-					s.insertStmt.Store(prepared)
-					stmt = prepared
-				}
-			}
-			s.prepareMu.Unlock()
+// prepareInsert prepares the key's INSERT once, when db can prepare. It runs before a
+// transaction begins, never while one is held: preparing takes a connection of the
+// pool, which a pool of one (or a pool drained by waiting claims) would not have. A
+// failure leaves the plain path.
+func (s *MySQLStore) prepareInsert(ctx context.Context) {
+	p, ok := s.db.(preparer)
+	if !ok || s.insertStmt.Load() != nil {
+		return
+	}
+	s.prepareMu.Lock()
+	defer s.prepareMu.Unlock()
+	if s.insertStmt.Load() == nil {
+		// Prepared on one connection now, and by database/sql on each other one the first
+		// time a transaction there uses it.
+		if prepared, err := p.PrepareContext(ctx, s.sql.insert); err == nil {
+			s.insertStmt.Store(prepared)
 		}
 	}
+}
+
+// execInsert runs the insert in tx, through the prepared statement once there is one.
+func (s *MySQLStore) execInsert(ctx context.Context, tx *sql.Tx, rec Record) error {
 	var err error
-	if stmt != nil {
+	if stmt := s.insertStmt.Load(); stmt != nil {
 		_, err = tx.StmtContext(ctx, stmt).ExecContext(ctx, rec.Consumer, rec.Key, rec.Fingerprint)
 	} else {
 		_, err = tx.ExecContext(ctx, s.sql.insert, rec.Consumer, rec.Key, rec.Fingerprint)

@@ -42,7 +42,7 @@ func newFoldedClaim(s *PostgresStore) *foldedClaim {
 		return nil
 	}
 	o := s.cfg.TxOptions
-	f.begin = "BEGIN ISOLATION LEVEL " + string(o.IsoLevel)
+	f.begin = "begin isolation level " + string(o.IsoLevel) // as pgx's own BeginTx writes it
 	if o.AccessMode != "" {
 		f.begin += " " + string(o.AccessMode)
 	}
