@@ -145,15 +145,9 @@ func (s *MySQLStore) CreateSchema(ctx context.Context) error {
 // Claim implements Store.
 func (s *MySQLStore) Claim(ctx context.Context, rec Record) (Claim, error) {
 	s.prepareInsert(ctx)
-	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: s.cfg.Isolation})
-	if err != nil {
-		return Claim{}, s.wrap("beginning the transaction", err)
-	}
-	claim, err := s.claim(ctx, tx, rec, false)
-	if err != nil || claim.Duplicate {
-		err = errors.Join(err, rollbackSQL(tx))
-	}
-	return claim, err
+	return claimInNewTx(ctx, s.db, s.cfg.Isolation, s.wrap, func(tx *sql.Tx) (Claim, error) {
+		return s.claim(ctx, tx, rec, false)
+	})
 }
 
 // ClaimIn implements Store; tx must be a *sql.Tx.
@@ -181,14 +175,7 @@ func (s *MySQLStore) claim(ctx context.Context, tx *sql.Tx, rec Record, joined b
 				return err
 			}}}, nil
 	}
-	claim := Claim{Duplicate: true}
-	if err := tx.QueryRowContext(ctx, s.sql.stored, rec.Consumer, rec.Key).Scan(&claim.Fingerprint, &claim.Output); err != nil {
-		if errors.Is(err, sql.ErrNoRows) { // deleted (Forget, purge) since the insert
-			return Claim{}, fmt.Errorf("inbox: the key vanished while being claimed: %w", ErrContended)
-		}
-		return Claim{}, s.wrap("reading the stored key", err)
-	}
-	return claim, nil
+	return readStoredSQL(ctx, tx, s.sql.stored, rec, s.wrap)
 }
 
 // preparer is what *sql.DB has beyond SQLDB to prepare statements.

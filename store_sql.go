@@ -78,6 +78,34 @@ func rollbackSQL(tx *sql.Tx) error {
 	return nil
 }
 
+// claimInNewTx begins a transaction at isolation and claims the key in it with claim. A
+// duplicate or an error ends the transaction; a new key leaves it open in the Claim.
+func claimInNewTx(ctx context.Context, db SQLDB, isolation sql.IsolationLevel, wrap func(doing string, err error) error,
+	claim func(tx *sql.Tx) (Claim, error)) (Claim, error) {
+	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: isolation})
+	if err != nil {
+		return Claim{}, wrap("beginning the transaction", err)
+	}
+	c, err := claim(tx)
+	if err != nil || c.Duplicate {
+		err = errors.Join(err, rollbackSQL(tx))
+	}
+	return c, err
+}
+
+// readStoredSQL reads, for a duplicate, what the first delivery of rec stored; query
+// selects fingerprint and output by consumer and key.
+func readStoredSQL(ctx context.Context, tx *sql.Tx, query string, rec Record, wrap func(doing string, err error) error) (Claim, error) {
+	claim := Claim{Duplicate: true}
+	if err := tx.QueryRowContext(ctx, query, rec.Consumer, rec.Key).Scan(&claim.Fingerprint, &claim.Output); err != nil {
+		if errors.Is(err, sql.ErrNoRows) { // deleted (Forget, purge) since the insert
+			return Claim{}, fmt.Errorf("inbox: the key vanished while being claimed: %w", ErrContended)
+		}
+		return Claim{}, wrap("reading the stored key", err)
+	}
+	return claim, nil
+}
+
 // joinedSQLTx returns tx as a *sql.Tx, for ClaimIn.
 func joinedSQLTx(tx any, store string) (*sql.Tx, error) {
 	sqlTx, ok := tx.(*sql.Tx)
