@@ -266,7 +266,7 @@ func (ib *Inbox) record(msg *message.Message) (Record, error) {
 	}
 	rec.Key = storableKey(key)
 	if rec.Fingerprint, err = ib.cfg.Fingerprint(msg); err != nil {
-		return rec, fmt.Errorf("inbox: fingerprint: %w", err)
+		return rec, fmt.Errorf("fingerprint: %w", err)
 	}
 	return rec, nil
 }
