@@ -16,8 +16,10 @@ func storeFlavours() []storeFlavour {
 	return []storeFlavour{
 		pgxFlavour(),
 		sqlPostgresFlavour(),
-		mysqlFlavour("mariadb", mariaDB),
-		mysqlFlavour("mysql", mysqlDB),
+		mysqlFlavour("mariadb", mariaDB, inbox.MySQLConfig{}),
+		// REPEATABLE READ, the session's level: the same verdicts, one round trip less.
+		mysqlFlavour("mariadb-session-isolation", mariaDB, inbox.MySQLConfig{SessionIsolation: true}),
+		mysqlFlavour("mysql", mysqlDB, inbox.MySQLConfig{}),
 	}
 }
 

@@ -197,13 +197,15 @@ func sqlPostgresFlavour() storeFlavour {
 }
 
 // mysqlFlavour is MySQLStore on the database that open returns: MariaDB or MySQL.
-func mysqlFlavour(name string, open func(t testing.TB) *sql.DB) storeFlavour {
+func mysqlFlavour(name string, open func(t testing.TB) *sql.DB, cfg inbox.MySQLConfig) storeFlavour {
 	return storeFlavour{
 		name: name,
 		open: func(t *testing.T, opts storeOpts) fixture {
 			db := open(t)
+			cfg := cfg
+			cfg.LockTimeout = opts.lockTimeout
 			return fixture{
-				store:  newMySQLStore(t, db, inbox.MySQLConfig{LockTimeout: opts.lockTimeout}),
+				store:  newMySQLStore(t, db, cfg),
 				ledger: newSQLLedger(t, db, true),
 				begin:  sqlBegin(db),
 			}

@@ -55,7 +55,7 @@ func TestMySQLStoreAnyDSN(t *testing.T) {
 			var zone, collation string
 			require.NoError(t, open(t).QueryRow("SELECT @@time_zone, @@collation_connection").Scan(&zone, &collation))
 			require.Equal(t, [2]string{"+09:00", "utf8mb4_general_ci"}, [2]string{zone, collation}, "the DSN options apply")
-			exerciseStore(t, mysqlFlavour(server.name, open))
+			exerciseStore(t, mysqlFlavour(server.name, open, inbox.MySQLConfig{}))
 		})
 	}
 }
@@ -175,6 +175,7 @@ func TestMySQLStoreConfig(t *testing.T) {
 		{name: "nil db", cfg: inbox.MySQLConfig{}, want: "db is nil"},
 		{name: "bad table", db: &sql.DB{}, cfg: inbox.MySQLConfig{Table: "in box"}, want: "not a valid table name"},
 		{name: "negative lock timeout", db: &sql.DB{}, cfg: inbox.MySQLConfig{LockTimeout: -time.Second}, want: "LockTimeout"},
+		{name: "both isolation choices", db: &sql.DB{}, cfg: inbox.MySQLConfig{Isolation: sql.LevelSerializable, SessionIsolation: true}, want: "choose one"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -188,7 +189,7 @@ func TestMySQLStoreConfig(t *testing.T) {
 // cancelled under the handler is a cancellation, not ErrTxDone.
 func TestSQLStoresReportCancellation(t *testing.T) {
 	t.Parallel()
-	for _, f := range []storeFlavour{sqlPostgresFlavour(), mysqlFlavour("mariadb", mariaDB)} {
+	for _, f := range []storeFlavour{sqlPostgresFlavour(), mysqlFlavour("mariadb", mariaDB, inbox.MySQLConfig{})} {
 		t.Run(f.name, func(t *testing.T) {
 			t.Parallel()
 			fx := f.open(t, storeOpts{})

@@ -37,7 +37,7 @@ func main() {
 	mode := flag.String("mode", "paired", "paired: every worker alternates plain and inbox op by op; rounds: A/B/A/B rounds of -duration")
 	out := flag.String("out", "", "CSV of every round (default stdout)")
 	summary := flag.String("summary", "", "CSV of the medians per setting")
-	compare := flag.String("compare", "plain:inbox", "baseline:candidate among plain, plainrc (plain asking for READ COMMITTED explicitly), inbox, unfolded (the store without its shortcut: pgx, mariadb, mysql), brin and noindex (pgx: the inbox table's processed_at index as BRIN, or none)")
+	compare := flag.String("compare", "plain:inbox", "baseline:candidate among plain, plainrc (plain asking for READ COMMITTED explicitly), inbox, unfolded (the store without its shortcut: pgx, mariadb, mysql), brin and noindex (pgx: the inbox table's processed_at index as BRIN, or none), sessioniso (mariadb, mysql: MySQLConfig.SessionIsolation)")
 	flag.Parse()
 
 	var w io.Writer = os.Stdout
@@ -72,7 +72,7 @@ func main() {
 			ops := map[string]benchload.Op{"plain": tgt.Baseline, "plainrc": tgt.BaselineRC, "inbox": tgt.WithInbox, "unfolded": tgt.WithUnfolded}
 			baseName, candName, _ := strings.Cut(*compare, ":")
 			for _, v := range []string{baseName, candName} {
-				if v == "brin" || v == "noindex" {
+				if v == "brin" || v == "noindex" || v == "sessioniso" {
 					if ops[v], err = tgt.Variant(ctx, v); err != nil {
 						log.Fatal(err)
 					}
@@ -80,7 +80,7 @@ func main() {
 			}
 			base, cand := ops[baseName], ops[candName]
 			if base == nil || cand == nil {
-				log.Fatalf("-compare %q: use baseline:candidate among plain, plainrc, inbox, unfolded, brin, noindex", *compare)
+				log.Fatalf("-compare %q: use baseline:candidate among plain, plainrc, inbox, unfolded, brin, noindex, sessioniso", *compare)
 			}
 			for _, ws := range strings.Split(*workers, ",") {
 				n, err := strconv.Atoi(ws)

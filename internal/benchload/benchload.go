@@ -744,6 +744,9 @@ func Paired(ctx context.Context, workers, n int, d time.Duration, a, b Op) (AB, 
 // processed_at index is a BRIN ("brin") or absent ("noindex"), to measure what the
 // B-tree costs each insert. PostgreSQL only; the copy is dropped by Drop.
 func (t *Target) Variant(ctx context.Context, variant string) (Op, error) {
+	if variant == "sessioniso" {
+		return t.sessionIsolation(ctx)
+	}
 	if t.Flavour != "pgx" {
 		return nil, fmt.Errorf("variant %q: pgx only", variant)
 	}
@@ -764,6 +767,33 @@ func (t *Target) Variant(ctx context.Context, variant string) (Op, error) {
 	if err := t.Exec(ctx, q); err != nil {
 		return nil, err
 	}
+	ib, err := inbox.New(inbox.Config{Store: store, Consumer: t.consumer})
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context, key string) error {
+		_, err := ib.Process(ctx, t.consumer, key, func(ctx context.Context) error {
+			return t.work(ctx, txOf(ctx), key)
+		})
+		return err
+	}, nil
+}
+
+// sessionIsolation is the inbox over a MySQLStore with SessionIsolation (MariaDB, MySQL):
+// no SET TRANSACTION round trip before each BEGIN.
+func (t *Target) sessionIsolation(ctx context.Context) (Op, error) {
+	if t.Flavour != "mariadb" && t.Flavour != "mysql" {
+		return nil, fmt.Errorf("variant sessioniso: mariadb and mysql only")
+	}
+	table := t.InboxTable + "_sessioniso"
+	store, err := inbox.NewMySQLStore(t.DB, inbox.MySQLConfig{Table: table, SessionIsolation: true})
+	if err != nil {
+		return nil, err
+	}
+	if err := store.CreateSchema(ctx); err != nil {
+		return nil, err
+	}
+	t.variants = append(t.variants, table, table+"_attempts")
 	ib, err := inbox.New(inbox.Config{Store: store, Consumer: t.consumer})
 	if err != nil {
 		return nil, err
