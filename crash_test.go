@@ -223,3 +223,41 @@ func benchmarkAttempts(b *testing.B, without, with *inbox.Inbox) {
 		b.ReportMetric(float64(tWith)/float64(tWithout), "with/without")
 	}
 }
+
+// Claims the database gave up on (a lock timeout behind a concurrent delivery) are clean
+// failures, not crashes: they must not make a healthy message poison.
+func TestContendedClaimsAreNotCrashes(t *testing.T) {
+	t.Parallel()
+	pool := pgPool(t)
+	store := newPgxStore(t, pool, inbox.PostgresConfig{LockTimeout: 100 * time.Millisecond})
+	ib, err := inbox.New(inbox.Config{Store: store, Consumer: "billing", MaxAttempts: 2})
+	require.NoError(t, err)
+	ctx := context.Background()
+
+	inHandler, release := make(chan struct{}), make(chan struct{})
+	first := make(chan error, 1)
+	go func() {
+		_, err := ib.Process(ctx, "billing", "order-1", func(context.Context) error {
+			close(inHandler)
+			<-release
+			return errors.New("first delivery fails cleanly")
+		})
+		first <- err
+	}()
+	<-inHandler
+	for range 2 {
+		_, err := ib.Process(ctx, "billing", "order-1", func(context.Context) error {
+			t.Fatal("the key is held: the handler must not run")
+			return nil
+		})
+		require.ErrorIs(t, err, inbox.ErrContended)
+	}
+	close(release)
+	require.Error(t, <-first)
+
+	ran := false
+	dup, err := ib.Process(ctx, "billing", "order-1", func(context.Context) error { ran = true; return nil })
+	require.NoError(t, err, "no attempt crashed: the message is not poison")
+	require.False(t, dup)
+	require.True(t, ran)
+}

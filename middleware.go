@@ -95,8 +95,9 @@ type Config struct {
 	// MaxAttempts, when above zero, makes the inbox count started attempts outside the
 	// handler's transaction (one short extra write per delivery), and refuse, with an
 	// error wrapping ErrTooManyAttempts, a message that has already started MaxAttempts
-	// times without committing or returning an error: its handler crashes the process.
-	// Defaults to 0, off.
+	// times and never ended: neither committed nor failed cleanly (a handler error, or a
+	// claim or commit the database refused). Its handler crashes the process. Defaults
+	// to 0, off.
 	MaxAttempts int
 
 	// Observer receives one call per message, e.g. an inboxprom.Observer. Defaults to none.
@@ -294,9 +295,9 @@ func (ib *Inbox) process(ctx context.Context, rec Record, fn func(ctx context.Co
 	wait := time.Since(start)
 	switch {
 	case errors.Is(err, ErrContended):
-		return Claim{}, wait, ib.fail(rec, OutcomeContended, err)
+		return Claim{}, wait, errors.Join(ib.fail(rec, OutcomeContended, err), ib.endAttempt(ctx, rec))
 	case err != nil:
-		return Claim{}, wait, ib.fail(rec, OutcomeFailed, err)
+		return Claim{}, wait, errors.Join(ib.fail(rec, OutcomeFailed, err), ib.endAttempt(ctx, rec))
 	case claim.Duplicate:
 		return claim, wait, nil
 	}
@@ -304,7 +305,7 @@ func (ib *Inbox) process(ctx context.Context, rec Record, fn func(ctx context.Co
 	tx := claim.Tx
 	if ib.cfg.MaxAttempts > 0 && unfinished >= ib.cfg.MaxAttempts {
 		err := fmt.Errorf("%w: %d attempts started and never finished", ErrTooManyAttempts, unfinished)
-		return Claim{}, wait, errors.Join(ib.fail(rec, OutcomeTooManyAttempts, err), tx.Rollback(ctx))
+		return Claim{}, wait, errors.Join(ib.fail(rec, OutcomeTooManyAttempts, err), tx.Rollback(ctx), ib.endAttempt(ctx, rec))
 	}
 
 	ended := false
@@ -319,20 +320,27 @@ func (ib *Inbox) process(ctx context.Context, rec Record, fn func(ctx context.Co
 	if err != nil {
 		ib.observe(rec.Consumer, OutcomeFailed, wait)
 		rollbackErr := tx.Rollback(ctx)
-		var endErr error
-		if ib.cfg.MaxAttempts > 0 {
-			endErr = ib.cfg.Store.EndAttempt(context.WithoutCancel(ctx), rec.Consumer, rec.Key)
-		}
+		endErr := ib.endAttempt(ctx, rec)
 		if rollbackErr != nil || endErr != nil {
 			err = errors.Join(err, rollbackErr, endErr)
 		}
 		return Claim{}, wait, err
 	}
 	if err := tx.Commit(ctx, output); err != nil {
-		return Claim{}, wait, errors.Join(ib.fail(rec, OutcomeFailed, err), tx.Rollback(ctx))
+		return Claim{}, wait, errors.Join(ib.fail(rec, OutcomeFailed, err), tx.Rollback(ctx), ib.endAttempt(ctx, rec))
 	}
 	ib.observe(rec.Consumer, OutcomeProcessed, wait)
 	return claim, wait, nil
+}
+
+// endAttempt records, when attempts are counted, that an attempt ended without a commit
+// but without crashing the process: the handler failed, or the claim or the commit did.
+// Only attempts that never end count towards MaxAttempts.
+func (ib *Inbox) endAttempt(ctx context.Context, rec Record) error {
+	if ib.cfg.MaxAttempts == 0 {
+		return nil
+	}
+	return ib.cfg.Store.EndAttempt(context.WithoutCancel(ctx), rec.Consumer, rec.Key)
 }
 
 // fail counts an inbox failure and wraps err with the record it concerns.
