@@ -168,10 +168,17 @@ type hiddenSQL struct{ inbox.SQLDB }
 
 // WithUnfolded is WithInbox through Unfolded.
 func (t *Target) WithUnfolded(ctx context.Context, key string) error {
-	_, err := t.Unfolded.Process(ctx, t.consumer, key, func(ctx context.Context) error {
-		return t.work(ctx, txOf(ctx), key)
-	})
-	return err
+	return t.behind(t.Unfolded)(ctx, key)
+}
+
+// behind returns the handler's work behind ib (Inbox.Process).
+func (t *Target) behind(ib *inbox.Inbox) Op {
+	return func(ctx context.Context, key string) error {
+		_, err := ib.Process(ctx, t.consumer, key, func(ctx context.Context) error {
+			return t.work(ctx, txOf(ctx), key)
+		})
+		return err
+	}
 }
 
 // Drop drops the tables NewTarget created, the inbox table only when dropInbox.
@@ -232,7 +239,12 @@ func (t *Target) Baseline(ctx context.Context, key string) error {
 	if t.Pool != nil {
 		return pgx.BeginFunc(ctx, t.Pool, func(tx pgx.Tx) error { return t.work(ctx, tx, key) })
 	}
-	tx, err := t.DB.BeginTx(ctx, nil)
+	return t.sqlBaseline(ctx, key, nil)
+}
+
+// sqlBaseline is Baseline on database/sql, beginning with opts.
+func (t *Target) sqlBaseline(ctx context.Context, key string, opts *sql.TxOptions) error {
+	tx, err := t.DB.BeginTx(ctx, opts)
 	if err != nil {
 		return err
 	}
@@ -249,22 +261,12 @@ func (t *Target) BaselineRC(ctx context.Context, key string) error {
 	if t.Pool != nil {
 		return t.Baseline(ctx, key)
 	}
-	tx, err := t.DB.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
-	if err != nil {
-		return err
-	}
-	if err := t.work(ctx, tx, key); err != nil {
-		return errors.Join(err, tx.Rollback())
-	}
-	return tx.Commit()
+	return t.sqlBaseline(ctx, key, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 }
 
 // WithInbox is the handler behind the inbox (Inbox.Process).
 func (t *Target) WithInbox(ctx context.Context, key string) error {
-	_, err := t.Inbox.Process(ctx, t.consumer, key, func(ctx context.Context) error {
-		return t.work(ctx, txOf(ctx), key)
-	})
-	return err
+	return t.behind(t.Inbox)(ctx, key)
 }
 
 func txOf(ctx context.Context) any {
@@ -771,12 +773,7 @@ func (t *Target) Variant(ctx context.Context, variant string) (Op, error) {
 	if err != nil {
 		return nil, err
 	}
-	return func(ctx context.Context, key string) error {
-		_, err := ib.Process(ctx, t.consumer, key, func(ctx context.Context) error {
-			return t.work(ctx, txOf(ctx), key)
-		})
-		return err
-	}, nil
+	return t.behind(ib), nil
 }
 
 // sessionIsolation is the inbox over a MySQLStore with SessionIsolation (MariaDB, MySQL):
@@ -798,10 +795,5 @@ func (t *Target) sessionIsolation(ctx context.Context) (Op, error) {
 	if err != nil {
 		return nil, err
 	}
-	return func(ctx context.Context, key string) error {
-		_, err := ib.Process(ctx, t.consumer, key, func(ctx context.Context) error {
-			return t.work(ctx, txOf(ctx), key)
-		})
-		return err
-	}, nil
+	return t.behind(ib), nil
 }
