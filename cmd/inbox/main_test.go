@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	_ "github.com/go-sql-driver/mysql"
+	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
@@ -447,4 +447,33 @@ func TestPurge_ProgressLineOnATerminal(t *testing.T) {
 		require.Contains(t, string(out), want)
 	}
 	require.Zero(t, db.count(t))
+}
+
+// A go-sql-driver DSN whose password holds '@' (and '/') is a MySQL DSN: the driver
+// splits at the last '@', and so does the CLI.
+func TestMySQLDSNWithAtInThePassword(t *testing.T) {
+	t.Parallel()
+	db := openMySQLTable(t, "MariaDB", "INBOX_MARIADB_DSN", mariaDBDSN(), false)
+	root, err := sql.Open("mysql", mariaDBDSN())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = root.Close() })
+	user := fmt.Sprintf("cli_at_%08x", rand.Uint32())
+	const password = "p@ss/w@rd"
+	for _, host := range []string{"localhost", "127.0.0.1", "%"} {
+		_, err := root.Exec(fmt.Sprintf("CREATE USER '%s'@'%s' IDENTIFIED BY '%s'", user, host, password))
+		require.NoError(t, err)
+		_, err = root.Exec(fmt.Sprintf("GRANT ALL ON test.* TO '%s'@'%s'", user, host))
+		require.NoError(t, err)
+		t.Cleanup(func() { _, _ = root.Exec(fmt.Sprintf("DROP USER IF EXISTS '%s'@'%s'", user, host)) })
+	}
+	cfg, err := mysql.ParseDSN(mariaDBDSN())
+	require.NoError(t, err)
+	cfg.User, cfg.Passwd = user, password
+	dsn := cfg.FormatDSN()
+	require.Contains(t, dsn, user+":"+password+"@tcp(")
+
+	db.insert(t, "billing", 2, time.Hour)
+	res := inboxCLI(t, "stats", "--dsn", dsn, "--table", db.table)
+	require.Equal(t, 0, res.code, res.stderr)
+	require.Equal(t, []string{"billing", "2"}, strings.Fields(strings.Split(res.stdout, "\n")[1])[:2])
 }

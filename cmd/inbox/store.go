@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"regexp"
 	"strings"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/watermill-inbox/inbox"
@@ -17,8 +17,13 @@ import (
 // connectTimeout bounds connecting to the database and checking its tables.
 const connectTimeout = 15 * time.Second
 
-// mysqlDSN matches the go-sql-driver/mysql DSN form: [user[:password]@][net[(addr)]]/db.
-var mysqlDSN = regexp.MustCompile(`^(?:[^@/]*@)?(?:tcp|unix)(?:\([^)]*\))?/`)
+// isMySQLDSN reports whether dsn is in the go-sql-driver/mysql form
+// [user[:password]@][net[(addr)]]/db over tcp or a unix socket, as the driver itself
+// parses it: the password may hold '@' or '/', since the driver splits at the last '@'.
+func isMySQLDSN(dsn string) bool {
+	cfg, err := mysql.ParseDSN(dsn)
+	return err == nil && (cfg.Net == "tcp" || cfg.Net == "unix") && strings.Contains(dsn, cfg.Net)
+}
 
 // openStore opens the database a DSN names and returns its inbox store, checked to have
 // its tables, and a function that closes the connections.
@@ -28,7 +33,7 @@ func openStore(ctx context.Context, dsn, table string) (inbox.Store, func(), err
 		return openPostgres(ctx, dsn, table)
 	case strings.HasPrefix(dsn, "mysql://"):
 		return openMySQL(ctx, strings.TrimPrefix(dsn, "mysql://"), table)
-	case mysqlDSN.MatchString(dsn):
+	case isMySQLDSN(dsn):
 		return openMySQL(ctx, dsn, table)
 	}
 	return nil, nil, errors.New("the DSN is neither a PostgreSQL URL (postgres://user@host:5432/db) nor a MySQL DSN (mysql://user@tcp(host:3306)/db)")
