@@ -17,61 +17,6 @@ import (
 
 // The conformance suite: every store passes the same cases, on its real database.
 
-// storeFlavour is one store implementation under the suite.
-type storeFlavour struct {
-	name string
-	// open returns a fixture on tables of its own, dropped when the test ends.
-	open func(t *testing.T, opts storeOpts) fixture
-	// missing returns a store whose table does not exist.
-	missing func(t *testing.T) inbox.Store
-}
-
-type storeOpts struct {
-	lockTimeout time.Duration
-}
-
-type fixture struct {
-	store  inbox.Store
-	ledger ledger
-	// begin begins a transaction of the store's own type, for the joined case; end
-	// commits or rolls it back.
-	begin func(t *testing.T) (tx any, end func(commit bool) error)
-}
-
-// ledger is a table of credits that handlers write through the inbox transaction.
-type ledger interface {
-	credit(ctx context.Context, amount int) error
-	balance(t testing.TB) (total, credits int)
-}
-
-func pgxFlavour() storeFlavour {
-	return storeFlavour{
-		name: "pgx",
-		open: func(t *testing.T, opts storeOpts) fixture {
-			pool := pgPool(t)
-			return fixture{
-				store:  newPgxStore(t, pool, inbox.PostgresConfig{LockTimeout: opts.lockTimeout}),
-				ledger: newPgLedger(t, pool),
-				begin: func(t *testing.T) (any, func(bool) error) {
-					tx, err := pool.Begin(context.Background())
-					require.NoError(t, err)
-					return tx, func(commit bool) error {
-						if commit {
-							return tx.Commit(context.Background())
-						}
-						return tx.Rollback(context.Background())
-					}
-				},
-			}
-		},
-		missing: func(t *testing.T) inbox.Store {
-			store, err := inbox.NewPostgresStore(pgPool(t), inbox.PostgresConfig{Table: tableName("missing")})
-			require.NoError(t, err)
-			return store
-		},
-	}
-}
-
 func TestStoreConformance(t *testing.T) {
 	t.Parallel()
 	for _, f := range storeFlavours() {
@@ -198,8 +143,9 @@ func exerciseStore(t *testing.T, f storeFlavour) {
 				err error
 			}
 			second := make(chan verdict, 1)
+			peer := newTestInbox(t, fx.peer(t), inbox.Config{})
 			go func() {
-				dup, err := creditOnce(ctx, ib, fx.ledger, "billing", "order-5", 190)
+				dup, err := creditOnce(ctx, peer, fx.ledger, "billing", "order-5", 190)
 				second <- verdict{dup, err}
 			}()
 			select {
@@ -240,9 +186,10 @@ func exerciseStore(t *testing.T, f storeFlavour) {
 		errs := make([]error, 2)
 		for i := range errs {
 			wg.Add(1)
+			peer := newTestInbox(t, fx.peer(t), inbox.Config{})
 			go func() {
 				defer wg.Done()
-				_, errs[i] = creditOnce(ctx, ib, fx.ledger, "billing", "order-6", 190)
+				_, errs[i] = creditOnce(ctx, peer, fx.ledger, "billing", "order-6", 190)
 			}()
 		}
 		time.Sleep(300 * time.Millisecond)
@@ -325,7 +272,11 @@ func exerciseStore(t *testing.T, f storeFlavour) {
 	t.Run("JoinsTransactionFromContext", func(t *testing.T) {
 		fx, ib := setup(t)
 		for _, commit := range []bool{false, true} {
-			tx, end := fx.begin(t)
+			begin := fx.begin
+			if !commit {
+				begin = fx.beginOther // from another handle to the same database
+			}
+			tx, end := begin(t)
 			txCtx := inbox.ContextWithTx(ctx, tx)
 			dup, err := creditOnce(txCtx, ib, fx.ledger, "billing", "order-10", 190)
 			require.NoError(t, err)
@@ -383,7 +334,7 @@ func exerciseStore(t *testing.T, f storeFlavour) {
 		}()
 		<-inHandler
 		start := time.Now()
-		_, err := creditOnce(ctx, ib, fx.ledger, "billing", "order-13", 190)
+		_, err := creditOnce(ctx, newTestInbox(t, fx.peer(t), inbox.Config{}), fx.ledger, "billing", "order-13", 190)
 		waited := time.Since(start)
 		close(release)
 		<-done
@@ -438,22 +389,24 @@ func exerciseStore(t *testing.T, f storeFlavour) {
 
 		n, err := fx.store.PurgeBatch(ctx, time.Now().Add(-time.Hour), 100)
 		require.NoError(t, err)
-		require.Zero(t, n, "nothing is older than an hour")
+		require.Zero(t, n.Keys, "nothing is older than an hour")
 		var purged int64
 		for {
 			n, err := fx.store.PurgeBatch(ctx, time.Now().Add(time.Minute), 4)
 			require.NoError(t, err)
-			require.LessOrEqual(t, n, int64(4))
-			if n == 0 {
+			require.LessOrEqual(t, n.Keys, int64(4))
+			if n.Keys == 0 {
 				break
 			}
-			purged += n
+			purged += n.Keys
 		}
 		require.EqualValues(t, 6, purged)
 		dup, err := creditOnce(ctx, ib, fx.ledger, "billing", "order-16-0", 1)
 		require.NoError(t, err)
 		require.False(t, dup, "a purged key is new again")
 	})
+
+	exerciseCombinations(t, f)
 
 	t.Run("MissingTableFailsNew", func(t *testing.T) {
 		t.Parallel()

@@ -1,6 +1,9 @@
 package inbox
 
-import "errors"
+import (
+	"errors"
+	"strings"
+)
 
 // Errors the inbox returns, always wrapped with the message UUID or the store call that failed.
 // Match them with errors.Is.
@@ -46,3 +49,64 @@ var (
 	// retention, DLQ replay), and once its key is purged it would be processed again.
 	ErrRetention = errors.New("purge cutoff younger than the minimum retention")
 )
+
+// ErrNoTx means the context carries no inbox transaction of the type asked for (see
+// RequireTx).
+var ErrNoTx = errors.New("no inbox transaction of that type in the context")
+
+// ErrAttemptsNeedConn means attempts could not be counted (Config.MaxAttempts) beside a
+// joined transaction: counting needs a connection other than the one that transaction
+// runs on, and the store's handle has none free, or is that very connection.
+var ErrAttemptsNeedConn = errors.New("attempt counting needs a connection of its own")
+
+// ErrOutputTooLarge means the messages a handler produced are larger than the store can
+// keep with the key (Config.MaxOutputBytes, or the database's own packet limit). The
+// transaction rolled back; the message fails the same way on every delivery until the
+// handler produces less, or the limit is raised.
+var ErrOutputTooLarge = errors.New("produced messages too large to store with the key")
+
+// prefix starts every error this package makes, once.
+const prefix = "inbox: "
+
+// chainError is an error of this package whose text says "inbox: " once, however many
+// of the package's errors it wraps: wrap and join drop the prefix of what they wrap.
+type chainError struct {
+	msg  string
+	errs []error
+}
+
+func (e *chainError) Error() string   { return e.msg }
+func (e *chainError) Unwrap() []error { return e.errs }
+
+// bare returns err's text without this package's prefix.
+func bare(err error) string { return strings.TrimPrefix(err.Error(), prefix) }
+
+// wrap returns "inbox: <what>: <err>", err's own prefix dropped. It wraps err.
+func wrap(what string, err error) error {
+	return &chainError{msg: prefix + what + ": " + bare(err), errs: []error{err}}
+}
+
+// join returns the non-nil errors joined with "; ", each after the first without its
+// prefix: nil when all are nil, the error itself when only one is not. It wraps them all.
+func join(errs ...error) error {
+	var kept []error
+	msg := ""
+	for _, err := range errs {
+		switch {
+		case err == nil:
+			continue
+		case len(kept) == 0:
+			msg = err.Error()
+		default:
+			msg += "; " + bare(err)
+		}
+		kept = append(kept, err)
+	}
+	switch len(kept) {
+	case 0:
+		return nil
+	case 1:
+		return kept[0]
+	}
+	return &chainError{msg: msg, errs: kept}
+}

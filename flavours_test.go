@@ -4,22 +4,407 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"net/url"
+	"os"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
 
 	"github.com/watermill-inbox/inbox"
 )
 
-// storeFlavours lists every store the conformance suite runs against.
+// storeFlavours lists every store the conformance suite runs against: each store over
+// each kind of handle it takes, and over sessions whose settings are not the server's
+// defaults.
 func storeFlavours() []storeFlavour {
 	return []storeFlavour{
 		pgxFlavour(),
+		pgxConnFlavour(),
+		pgxSessionFlavour(),
 		sqlPostgresFlavour(),
-		mysqlFlavour("mariadb", mariaDB, inbox.MySQLConfig{}),
+		sqlPostgresConnFlavour(),
+		mysqlFlavour("mariadb", mariaDBDSNOf, inbox.MySQLConfig{}),
 		// REPEATABLE READ, the session's level: the same verdicts, one round trip less.
-		mysqlFlavour("mariadb-session-isolation", mariaDB, inbox.MySQLConfig{SessionIsolation: true}),
-		mysqlFlavour("mysql", mysqlDB, inbox.MySQLConfig{}),
+		mysqlFlavour("mariadb-session-isolation", mariaDBDSNOf, inbox.MySQLConfig{SessionIsolation: true}),
+		mysqlConnFlavour("mariadb-conn", mariaDBDSNOf),
+		mysqlFlavour("mariadb-session-settings", mariaDBSessionSettings, inbox.MySQLConfig{}),
+		mysqlFlavour("mysql", mysqlDSNOf, inbox.MySQLConfig{}),
+		mysqlConnFlavour("mysql-conn", mysqlDSNOf),
+	}
+}
+
+// storeFlavour is one store implementation under the suite.
+type storeFlavour struct {
+	name string
+	// open returns a fixture on tables of its own, dropped when the test ends.
+	open func(t *testing.T, opts storeOpts) fixture
+	// missing returns a store whose table does not exist.
+	missing func(t *testing.T) inbox.Store
+}
+
+type storeOpts struct {
+	lockTimeout time.Duration
+}
+
+// handleKind is what a store runs on.
+type handleKind int
+
+const (
+	pooled     handleKind = iota // *pgxpool.Pool, *sql.DB
+	onePgxConn                   // *pgx.Conn
+	oneSQLConn                   // *sql.Conn
+)
+
+type fixture struct {
+	store  inbox.Store
+	handle handleKind
+	ledger ledger
+	// peer returns a store on the same tables over a handle of its own, for a
+	// concurrent delivery: the store itself over a pool, another connection otherwise.
+	peer func(t *testing.T) inbox.Store
+	// begin begins a transaction of the store's own type on the store's handle (on its
+	// very connection, for one-connection handles); beginOther on another handle (a
+	// pool or *sql.DB of its own) to the same database. end commits or rolls back.
+	begin, beginOther func(t *testing.T) (tx any, end func(commit bool) error)
+	// lock reads and sets the lock wait bound of a transaction's session.
+	lock lockProbe
+}
+
+// lockProbe reads and sets the session setting LockTimeout changes: lock_timeout on
+// PostgreSQL, innodb_lock_wait_timeout on MySQL.
+type lockProbe struct {
+	// session is every connection's own value, set at connect, never the server's default.
+	session string
+	// owned is a value an owner sets in its own transaction before the inbox joins it.
+	owned string
+	set   func(ctx context.Context, tx any, value string) error
+	read  func(ctx context.Context, tx any) (string, error)
+}
+
+// sessionLockTimeout and ownedLockTimeout are the non-default values the probes use.
+const (
+	pgSessionLock = "41s"
+	pgOwnedLock   = "2345ms"
+	mySessionLock = "41"
+	myOwnedLock   = "7"
+)
+
+var pgLockProbe = lockProbe{
+	session: pgSessionLock, owned: pgOwnedLock,
+	set: func(ctx context.Context, tx any, value string) error {
+		return execIn(ctx, tx, `SET LOCAL lock_timeout = '`+value+`'`)
+	},
+	read: func(ctx context.Context, tx any) (string, error) { return queryIn(ctx, tx, `SHOW lock_timeout`) },
+}
+
+var myLockProbe = lockProbe{
+	session: mySessionLock, owned: myOwnedLock,
+	set: func(ctx context.Context, tx any, value string) error {
+		return execIn(ctx, tx, `SET SESSION innodb_lock_wait_timeout = `+value)
+	},
+	read: func(ctx context.Context, tx any) (string, error) {
+		return queryIn(ctx, tx, `SELECT @@SESSION.innodb_lock_wait_timeout`)
+	},
+}
+
+// execIn runs a statement in a pgx.Tx or *sql.Tx.
+func execIn(ctx context.Context, tx any, query string) error {
+	switch tx := tx.(type) {
+	case pgx.Tx:
+		_, err := tx.Exec(ctx, query)
+		return err
+	case *sql.Tx:
+		_, err := tx.ExecContext(ctx, query)
+		return err
+	}
+	return fmt.Errorf("not a transaction: %T", tx)
+}
+
+// queryIn reads one text value in a pgx.Tx or *sql.Tx.
+func queryIn(ctx context.Context, tx any, query string) (string, error) {
+	var v string
+	switch tx := tx.(type) {
+	case pgx.Tx:
+		return v, tx.QueryRow(ctx, query).Scan(&v)
+	case *sql.Tx:
+		return v, tx.QueryRowContext(ctx, query).Scan(&v)
+	}
+	return "", fmt.Errorf("not a transaction: %T", tx)
+}
+
+// pgDSN is the test PostgreSQL's DSN with session settings added as run-time
+// parameters: lock_timeout always, so that no test compares with the server default.
+func pgDSN(t testing.TB, settings map[string]string) string {
+	t.Helper()
+	u, err := url.Parse(postgresDSN())
+	require.NoError(t, err)
+	q := u.Query()
+	q.Set("lock_timeout", pgSessionLock)
+	for k, v := range settings {
+		q.Set(k, v)
+	}
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// pgPoolWith returns a pool on dsn, closed when the test ends.
+func pgPoolWith(t testing.TB, dsn string) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(dsn)
+	require.NoError(t, err)
+	cfg.MaxConns = 16
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err == nil {
+		err = pool.Ping(context.Background())
+	}
+	if err != nil {
+		unavailable(t, "PostgreSQL", "INBOX_POSTGRES_DSN", err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// pgConn returns one connection on dsn, closed when the test ends.
+func pgConn(t testing.TB, dsn string) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), dsn)
+	if err != nil {
+		unavailable(t, "PostgreSQL", "INBOX_POSTGRES_DSN", err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return conn
+}
+
+// pgxBegin begins on db, a pool or a connection.
+func pgxBegin(db interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}) func(t *testing.T) (any, func(bool) error) {
+	return func(t *testing.T) (any, func(bool) error) {
+		tx, err := db.Begin(context.Background())
+		require.NoError(t, err)
+		return tx, func(commit bool) error {
+			if commit {
+				return tx.Commit(context.Background())
+			}
+			return tx.Rollback(context.Background())
+		}
+	}
+}
+
+// sqlBegin begins on db, a *sql.DB or a *sql.Conn.
+func sqlBegin(db inbox.SQLDB) func(t *testing.T) (any, func(bool) error) {
+	return func(t *testing.T) (any, func(bool) error) {
+		tx, err := db.BeginTx(context.Background(), nil)
+		require.NoError(t, err)
+		return tx, func(commit bool) error {
+			if commit {
+				return tx.Commit()
+			}
+			return tx.Rollback()
+		}
+	}
+}
+
+// sqlConn returns one connection of db, closed when the test ends.
+func sqlConn(t testing.TB, db *sql.DB) *sql.Conn {
+	t.Helper()
+	conn, err := db.Conn(context.Background())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
+// pgxFixture is PostgresStore on dsn, over a pool or one connection.
+func pgxFixture(t *testing.T, dsn string, handle handleKind, opts storeOpts) fixture {
+	pool := pgPoolWith(t, dsn)
+	cfg := inbox.PostgresConfig{Table: tableName("inbox"), LockTimeout: opts.lockTimeout}
+	store := newPgxStore(t, pool, cfg)
+	fx := fixture{
+		store: store, handle: handle, ledger: newPgLedger(t, pool), lock: pgLockProbe,
+		peer:       func(*testing.T) inbox.Store { return store },
+		begin:      pgxBegin(pool),
+		beginOther: func(t *testing.T) (any, func(bool) error) { return pgxBegin(pgPoolWith(t, dsn))(t) },
+	}
+	if handle == onePgxConn {
+		open := func(t *testing.T) (*pgx.Conn, inbox.Store) {
+			conn := pgConn(t, dsn)
+			s, err := inbox.NewPostgresStore(conn, cfg)
+			require.NoError(t, err)
+			return conn, s
+		}
+		var conn *pgx.Conn
+		conn, fx.store = open(t)
+		fx.begin = pgxBegin(conn)
+		fx.peer = func(t *testing.T) inbox.Store { _, s := open(t); return s }
+	}
+	return fx
+}
+
+func pgxFlavour() storeFlavour {
+	return pgxLikeFlavour("pgx", pooled, nil)
+}
+
+func pgxConnFlavour() storeFlavour {
+	return pgxLikeFlavour("pgx-conn", onePgxConn, nil)
+}
+
+// pgxSessionFlavour runs on sessions unlike the server's defaults: serializable by
+// default, backslashes as escapes (the folded claim then takes the parameterized path),
+// bytea in escape form, a search path that starts with a schema that does not exist.
+func pgxSessionFlavour() storeFlavour {
+	return pgxLikeFlavour("pgx-session-settings", pooled, map[string]string{
+		"default_transaction_isolation": "serializable",
+		"standard_conforming_strings":   "off",
+		"bytea_output":                  "escape",
+		"search_path":                   "nosuchschema,public",
+		"statement_timeout":             "120s",
+	})
+}
+
+func pgxLikeFlavour(name string, handle handleKind, settings map[string]string) storeFlavour {
+	return storeFlavour{
+		name: name,
+		open: func(t *testing.T, opts storeOpts) fixture {
+			return pgxFixture(t, pgDSN(t, settings), handle, opts)
+		},
+		missing: func(t *testing.T) inbox.Store {
+			store, err := inbox.NewPostgresStore(pgPool(t), inbox.PostgresConfig{Table: tableName("missing")})
+			require.NoError(t, err)
+			return store
+		},
+	}
+}
+
+// sqlFixture is a database/sql store over open's *sql.DB or one of its connections.
+func sqlFixture(t *testing.T, open func(t testing.TB) *sql.DB, handle handleKind, mysql bool,
+	newStore func(t *testing.T, db *sql.DB, handle inbox.SQLDB, table string) inbox.Store) fixture {
+	db := open(t)
+	table := tableName("inbox")
+	store := newStore(t, db, db, table)
+	fx := fixture{
+		store: store, handle: handle, ledger: newSQLLedger(t, db, mysql), lock: pgLockProbe,
+		peer:       func(*testing.T) inbox.Store { return store },
+		begin:      sqlBegin(db),
+		beginOther: func(t *testing.T) (any, func(bool) error) { return sqlBegin(open(t))(t) },
+	}
+	if mysql {
+		fx.lock = myLockProbe
+	}
+	if handle == oneSQLConn {
+		conn := sqlConn(t, db)
+		fx.store = newStore(t, nil, conn, table)
+		fx.begin = sqlBegin(conn)
+		fx.peer = func(t *testing.T) inbox.Store { return newStore(t, nil, sqlConn(t, db), table) }
+	}
+	return fx
+}
+
+// sqlPostgresDBWith is the test PostgreSQL through database/sql, with session settings.
+func sqlPostgresDBWith(t testing.TB) *sql.DB {
+	return openSQL(t, "pgx", pgDSN(t, nil), "PostgreSQL", "INBOX_POSTGRES_DSN")
+}
+
+// newSQLPostgresFlavourStore opens a SQLPostgresStore on table over handle; with db, it
+// creates the tables first.
+func newSQLPostgresFlavourStore(lockTimeout time.Duration) func(t *testing.T, db *sql.DB, handle inbox.SQLDB, table string) inbox.Store {
+	return func(t *testing.T, db *sql.DB, handle inbox.SQLDB, table string) inbox.Store {
+		cfg := inbox.SQLPostgresConfig{Table: table, LockTimeout: lockTimeout}
+		if db != nil {
+			newSQLPostgresStore(t, db, cfg)
+		}
+		store, err := inbox.NewSQLPostgresStore(handle, cfg)
+		require.NoError(t, err)
+		return store
+	}
+}
+
+func sqlPostgresFlavour() storeFlavour     { return sqlPostgresLikeFlavour("sqlpostgres", pooled) }
+func sqlPostgresConnFlavour() storeFlavour { return sqlPostgresLikeFlavour("sqlpostgres-conn", oneSQLConn) }
+
+func sqlPostgresLikeFlavour(name string, handle handleKind) storeFlavour {
+	return storeFlavour{
+		name: name,
+		open: func(t *testing.T, opts storeOpts) fixture {
+			return sqlFixture(t, sqlPostgresDBWith, handle, false, newSQLPostgresFlavourStore(opts.lockTimeout))
+		},
+		missing: func(t *testing.T) inbox.Store {
+			store, err := inbox.NewSQLPostgresStore(sqlPostgresDB(t), inbox.SQLPostgresConfig{Table: tableName("missing")})
+			require.NoError(t, err)
+			return store
+		},
+	}
+}
+
+// mysqlOpener opens MySQL or MariaDB at dsn, with the non-default session
+// innodb_lock_wait_timeout added.
+func mysqlOpener(dsn func(t testing.TB) string) func(t testing.TB) *sql.DB {
+	return func(t testing.TB) *sql.DB {
+		return openSQL(t, "mysql", withDSNParams(t, dsn(t), map[string]string{"innodb_lock_wait_timeout": mySessionLock}),
+			"MySQL or MariaDB", "INBOX_MARIADB_DSN or INBOX_MYSQL_DSN")
+	}
+}
+
+// mariaDBDSNOf and mysqlDSNOf are the DSNs of the test servers; mysqlDSNOf skips when
+// INBOX_MYSQL_DSN is unset.
+func mariaDBDSNOf(testing.TB) string { return mariaDBDSN() }
+
+func mysqlDSNOf(t testing.TB) string {
+	mysqlDB(t) // skips when INBOX_MYSQL_DSN is unset
+	return os.Getenv("INBOX_MYSQL_DSN")
+}
+
+// mariaDBSessionSettings is MariaDB on sessions unlike the server's defaults:
+// serializable by default, ANSI quotes, backslashes as plain characters, another time
+// zone.
+func mariaDBSessionSettings(t testing.TB) string {
+	return withDSNParams(t, mariaDBDSN(), map[string]string{
+		"tx_isolation": "'SERIALIZABLE'",
+		"sql_mode":     "'ANSI_QUOTES,NO_BACKSLASH_ESCAPES,STRICT_ALL_TABLES'",
+		"time_zone":    "'-07:00'",
+	})
+}
+
+// newMySQLFlavourStore opens a MySQLStore on table over handle; with db, it creates the
+// tables first.
+func newMySQLFlavourStore(cfg inbox.MySQLConfig) func(t *testing.T, db *sql.DB, handle inbox.SQLDB, table string) inbox.Store {
+	return func(t *testing.T, db *sql.DB, handle inbox.SQLDB, table string) inbox.Store {
+		cfg := cfg
+		cfg.Table = table
+		if db != nil {
+			newMySQLStore(t, db, cfg)
+		}
+		store, err := inbox.NewMySQLStore(handle, cfg)
+		require.NoError(t, err)
+		return store
+	}
+}
+
+// mysqlFlavour is MySQLStore on the server at dsn: MariaDB or MySQL.
+func mysqlFlavour(name string, dsn func(t testing.TB) string, cfg inbox.MySQLConfig) storeFlavour {
+	return mysqlLikeFlavour(name, dsn, pooled, cfg)
+}
+
+func mysqlConnFlavour(name string, dsn func(t testing.TB) string) storeFlavour {
+	return mysqlLikeFlavour(name, dsn, oneSQLConn, inbox.MySQLConfig{})
+}
+
+func mysqlLikeFlavour(name string, dsn func(t testing.TB) string, handle handleKind, cfg inbox.MySQLConfig) storeFlavour {
+	open := mysqlOpener(dsn)
+	return storeFlavour{
+		name: name,
+		open: func(t *testing.T, opts storeOpts) fixture {
+			cfg := cfg
+			cfg.LockTimeout = opts.lockTimeout
+			return sqlFixture(t, open, handle, true, newMySQLFlavourStore(cfg))
+		},
+		missing: func(t *testing.T) inbox.Store {
+			store, err := inbox.NewMySQLStore(open(t), inbox.MySQLConfig{Table: tableName("missing")})
+			require.NoError(t, err)
+			return store
+		},
 	}
 }
 
@@ -33,4 +418,10 @@ func endTx(t *testing.T, ctx context.Context) error {
 		return tx.Commit()
 	}
 	return fmt.Errorf("no transaction in the context")
+}
+
+// ledger is a table of credits that handlers write through the inbox transaction.
+type ledger interface {
+	credit(ctx context.Context, amount int) error
+	balance(t testing.TB) (total, credits int)
 }

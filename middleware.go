@@ -98,7 +98,24 @@ type Config struct {
 	// times and never ended: neither committed nor failed cleanly (a handler error, or a
 	// claim or commit the database refused). Its handler crashes the process. Defaults
 	// to 0, off.
+	//
+	// Counting needs a connection other than the handler's transaction's. When the inbox
+	// joins a transaction from the message context, that transaction already holds one:
+	// the count takes a second connection from the store's pool, waiting at most
+	// AttemptConnWait for it, and fails the message with ErrAttemptsNeedConn (nothing
+	// written) when none comes, or when the store's handle is a single connection
+	// (*pgx.Conn, *sql.Conn) that the joined transaction may be running on. In a joined
+	// transaction an attempt ends when the handler returns nil too: the inbox cannot see
+	// the owner's commit, and an owner that rolls back after the handler succeeded must
+	// not make a healthy message look poisoned.
 	MaxAttempts int
+
+	// MaxOutputBytes bounds the messages a handler produces, as stored with the key for
+	// Replay. A handler that produces more fails with ErrOutputTooLarge (rolled back,
+	// nacked, and the same on every delivery: route it with a poison queue, or produce
+	// less). Defaults to DefaultMaxOutputBytes (8 MiB), under the smallest packet limit
+	// of the supported databases (MariaDB's max_allowed_packet, 16 MiB).
+	MaxOutputBytes int
 
 	// Observer receives one call per message, e.g. an inboxprom.Observer. Defaults to none.
 	Observer Observer
@@ -107,6 +124,13 @@ type Config struct {
 	// consumer, key and message UUID, never the payload. Defaults to watermill.NopLogger.
 	Logger watermill.LoggerAdapter
 }
+
+// DefaultMaxOutputBytes is Config.MaxOutputBytes's default.
+const DefaultMaxOutputBytes = 8 << 20
+
+// AttemptConnWait bounds how long counting an attempt beside a joined transaction waits
+// for a second connection of the store's pool (see Config.MaxAttempts).
+const AttemptConnWait = 5 * time.Second
 
 // maxConsumerLen bounds consumer names so every store can index them.
 const maxConsumerLen = 255
@@ -123,6 +147,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Logger == nil {
 		c.Logger = watermill.NopLogger{}
+	}
+	if c.MaxOutputBytes == 0 {
+		c.MaxOutputBytes = DefaultMaxOutputBytes
 	}
 }
 
@@ -146,6 +173,9 @@ func (c *Config) validate() error {
 	}
 	if c.MaxAttempts < 0 {
 		errs = append(errs, fmt.Errorf("MaxAttempts is %d: use 0 to turn attempt counting off, or a positive limit", c.MaxAttempts))
+	}
+	if c.MaxOutputBytes < 0 {
+		errs = append(errs, fmt.Errorf("MaxOutputBytes is %d: use a positive number of bytes, or 0 for the default %d", c.MaxOutputBytes, DefaultMaxOutputBytes))
 	}
 	return errors.Join(errs...)
 }
@@ -276,18 +306,19 @@ func (ib *Inbox) record(msg *message.Message) (Record, error) {
 // commits what fn returns as the stored output. It returns how long the claim took, and
 // fn's error unchanged.
 func (ib *Inbox) process(ctx context.Context, rec Record, fn func(ctx context.Context) ([]byte, error)) (Claim, time.Duration, error) {
+	joined := txFromContext(ctx)
 	unfinished := 0
 	if ib.cfg.MaxAttempts > 0 {
 		var err error
 		if unfinished, err = ib.cfg.Store.StartAttempt(ctx, rec.Consumer, rec.Key); err != nil {
-			return Claim{}, 0, ib.fail(rec, OutcomeFailed, err)
+			return Claim{}, 0, ib.fail(ctx, rec, OutcomeFailed, err)
 		}
 	}
 
 	start := time.Now()
 	var claim Claim
 	var err error
-	if joined := txFromContext(ctx); joined != nil {
+	if joined != nil {
 		claim, err = ib.cfg.Store.ClaimIn(ctx, joined, rec)
 	} else {
 		claim, err = ib.cfg.Store.Claim(ctx, rec)
@@ -295,9 +326,9 @@ func (ib *Inbox) process(ctx context.Context, rec Record, fn func(ctx context.Co
 	wait := time.Since(start)
 	switch {
 	case errors.Is(err, ErrContended):
-		return Claim{}, wait, errors.Join(ib.fail(rec, OutcomeContended, err), ib.endAttempt(ctx, rec))
+		return Claim{}, wait, join(ib.fail(ctx, rec, OutcomeContended, err), ib.endAttempt(ctx, rec))
 	case err != nil:
-		return Claim{}, wait, errors.Join(ib.fail(rec, OutcomeFailed, err), ib.endAttempt(ctx, rec))
+		return Claim{}, wait, join(ib.fail(ctx, rec, OutcomeFailed, err), ib.endAttempt(ctx, rec))
 	case claim.Duplicate:
 		return claim, wait, nil
 	}
@@ -305,7 +336,7 @@ func (ib *Inbox) process(ctx context.Context, rec Record, fn func(ctx context.Co
 	tx := claim.Tx
 	if ib.cfg.MaxAttempts > 0 && unfinished >= ib.cfg.MaxAttempts {
 		err := fmt.Errorf("%w: %d attempts started and never finished", ErrTooManyAttempts, unfinished)
-		return Claim{}, wait, errors.Join(ib.fail(rec, OutcomeTooManyAttempts, err), tx.Rollback(ctx), ib.endAttempt(ctx, rec))
+		return Claim{}, wait, join(ib.fail(ctx, rec, OutcomeTooManyAttempts, err), tx.Rollback(ctx), ib.endAttempt(ctx, rec))
 	}
 
 	ended := false
@@ -317,17 +348,30 @@ func (ib *Inbox) process(ctx context.Context, rec Record, fn func(ctx context.Co
 	}()
 	output, err := fn(ContextWithTx(ctx, tx.Handle()))
 	ended = true
+	if err == nil && len(output) > ib.cfg.MaxOutputBytes {
+		err = ib.fail(ctx, rec, OutcomeFailed, fmt.Errorf("%w: the handler produced %d bytes of messages, more than Config.MaxOutputBytes (%d): produce fewer or smaller messages (or publish them through the outbox), or raise the limit",
+			ErrOutputTooLarge, len(output), ib.cfg.MaxOutputBytes))
+		return Claim{}, wait, join(err, tx.Rollback(ctx), ib.endAttempt(ctx, rec))
+	}
 	if err != nil {
 		ib.observe(rec.Consumer, OutcomeFailed, wait)
 		rollbackErr := tx.Rollback(ctx)
 		endErr := ib.endAttempt(ctx, rec)
 		if rollbackErr != nil || endErr != nil {
-			err = errors.Join(err, rollbackErr, endErr)
+			err = join(err, rollbackErr, endErr)
 		}
 		return Claim{}, wait, err
 	}
+	if ctx.Err() != nil { // no commit on a dead context: pgx would close the connection
+		return Claim{}, wait, join(ib.fail(ctx, rec, OutcomeFailed, context.Cause(ctx)), tx.Rollback(ctx), ib.endAttempt(ctx, rec))
+	}
 	if err := tx.Commit(ctx, output); err != nil {
-		return Claim{}, wait, errors.Join(ib.fail(rec, OutcomeFailed, err), tx.Rollback(ctx), ib.endAttempt(ctx, rec))
+		return Claim{}, wait, join(ib.fail(ctx, rec, OutcomeFailed, err), tx.Rollback(ctx), ib.endAttempt(ctx, rec))
+	}
+	if joined != nil { // the owner commits: the inbox's part of the attempt ended cleanly
+		if err := ib.endAttempt(ctx, rec); err != nil {
+			ib.cfg.Logger.Error("inbox: could not end the attempt of a joined transaction", err, watermill.LogFields{"consumer": rec.Consumer, "key": rec.Key})
+		}
 	}
 	ib.observe(rec.Consumer, OutcomeProcessed, wait)
 	return claim, wait, nil
@@ -343,10 +387,21 @@ func (ib *Inbox) endAttempt(ctx context.Context, rec Record) error {
 	return ib.cfg.Store.EndAttempt(context.WithoutCancel(ctx), rec.Consumer, rec.Key)
 }
 
-// fail counts an inbox failure and wraps err with the record it concerns.
-func (ib *Inbox) fail(rec Record, outcome Outcome, err error) error {
+// fail counts an inbox failure and wraps err with the record it concerns. When the
+// message context ended, that is what the error says first: it is why the database
+// call failed, and only a longer deadline makes the next delivery succeed.
+func (ib *Inbox) fail(ctx context.Context, rec Record, outcome Outcome, err error) error {
 	ib.observe(rec.Consumer, outcome, 0)
-	return fmt.Errorf("inbox: consumer %q key %q: %w", rec.Consumer, rec.Key, err)
+	what := fmt.Sprintf("consumer %q key %q", rec.Consumer, rec.Key)
+	if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
+		err = join(err, ctxErr)
+	}
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		what += fmt.Sprintf(": the message context ended (%v) before the inbox was done, so the message is nacked and comes again"+
+			" (processed then, or skipped if its commit went through); if a deadline ended it (watermill-nats AckWaitTimeout,"+
+			" a Timeout middleware, a shutdown), give the handler more time than it takes", ctxErr)
+	}
+	return wrap(what, err)
 }
 
 // duplicate marks msg as a duplicate and acts per the configured mode.
@@ -378,7 +433,7 @@ func (ib *Inbox) duplicate(msg *message.Message, rec Record, claim Claim, wait t
 	}
 	replay, err := decodeOutput(claim.Output)
 	if err != nil {
-		return nil, fmt.Errorf("inbox: message %s: %w", msg.UUID, err)
+		return nil, wrap("message "+msg.UUID, err)
 	}
 	if len(replay) > 0 && outcome == OutcomeDuplicate {
 		outcome = OutcomeReplayed

@@ -109,14 +109,14 @@ func purge(ctx context.Context, store Store, cfg PurgeConfig, before time.Time) 
 	var total int64
 	for {
 		n, err := store.PurgeBatch(ctx, before, cfg.BatchSize)
-		total += n
+		total += n.Keys
 		if err != nil {
 			return total, err
 		}
 		if cfg.Progress != nil {
 			cfg.Progress(total)
 		}
-		if n < int64(cfg.BatchSize) {
+		if n.Keys < int64(cfg.BatchSize) && n.Attempts < int64(cfg.BatchSize) {
 			return total, nil
 		}
 		if err := sleep(ctx, cfg.Pause); err != nil {

@@ -80,12 +80,12 @@ type batchRecorder struct {
 	batches []int64
 }
 
-func (r *batchRecorder) PurgeBatch(ctx context.Context, before time.Time, limit int) (int64, error) {
+func (r *batchRecorder) PurgeBatch(ctx context.Context, before time.Time, limit int) (inbox.Purged, error) {
 	n, err := r.Store.PurgeBatch(ctx, before, limit)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.limits = append(r.limits, limit)
-	r.batches = append(r.batches, n)
+	r.batches = append(r.batches, n.Keys)
 	return n, err
 }
 

@@ -44,10 +44,11 @@ type Store interface {
 	// message is processed again. It reports whether the key existed.
 	Forget(ctx context.Context, consumer, key string) (bool, error)
 
-	// PurgeBatch deletes at most limit keys processed before the cutoff, in one short
-	// transaction of its own, and returns how many it deleted. Attempt counts of keys
-	// that never committed and are older than the cutoff go too.
-	PurgeBatch(ctx context.Context, before time.Time, limit int) (int64, error)
+	// PurgeBatch deletes, in one short transaction of its own, at most limit keys
+	// processed before the cutoff and at most limit attempt counts started before it,
+	// and returns how many of each it deleted: a purge is done when both are below
+	// limit.
+	PurgeBatch(ctx context.Context, before time.Time, limit int) (Purged, error)
 
 	// Stats returns the number of keys and the oldest key's time, per consumer.
 	Stats(ctx context.Context) ([]ConsumerStats, error)
@@ -88,6 +89,12 @@ type Tx interface {
 	// Rollback rolls back, removing the key with the handler's writes, even when ctx is
 	// cancelled. It does nothing for a joined transaction, or once the transaction ended.
 	Rollback(ctx context.Context) error
+}
+
+// Purged is what one Store.PurgeBatch deleted.
+type Purged struct {
+	Keys     int64 // keys, with their stored output
+	Attempts int64 // attempt counts (Config.MaxAttempts)
 }
 
 // ConsumerStats describes one consumer's keys.

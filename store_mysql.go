@@ -36,8 +36,13 @@ type MySQLConfig struct {
 
 	// LockTimeout bounds how long a claim waits on a concurrent duplicate's transaction:
 	// innodb_lock_wait_timeout, which counts whole seconds, so it is rounded up to the
-	// next second. It is set on the session for the inbox statement only and restored
-	// after it. When it expires the claim fails with ErrContended and the message comes
+	// next second. It applies to the inbox statement only: on MariaDB through SET
+	// STATEMENT ... FOR; on MySQL it is set on the session and restored after the
+	// insert, on every path (the store's transaction outlives a cancelled message
+	// context, and a statement the driver abandons closes its connection). In a
+	// transaction the inbox joins on MySQL, an owner whose context ends while the claim
+	// runs makes database/sql roll back under it: the value then stays on that
+	// connection until the next claim there restores it. When it expires the claim fails with ErrContended and the message comes
 	// again. Defaults to 0: wait as long as the server's innodb_lock_wait_timeout allows
 	// (50 s unless configured).
 	LockTimeout time.Duration
@@ -61,6 +66,10 @@ type MySQLStore struct {
 
 	prepareMu  sync.Mutex
 	insertStmt atomic.Pointer[sql.Stmt] // nil until prepared
+
+	// server is what VERSION() said, read once when LockTimeout needs it.
+	serverMu sync.Mutex
+	server   string
 }
 
 var _ Store = (*MySQLStore)(nil)
@@ -70,6 +79,7 @@ type mysqlQueries struct {
 	startAttempt, attemptCount, endAttempt      string
 	forgetAttempts, forget, purgeAttempts       string
 	purge, stats, verify, lockSet, lockRestored string
+	insertBounded                               string
 }
 
 // mysqlTimeFormat is how the store writes and reads its DATETIME(6) columns, in UTC, so
@@ -85,6 +95,7 @@ const (
 	mysqlRollbackOnCommit = 3101 // ER_TRANSACTION_ROLLBACK_DURING_COMMIT: a Group Replication conflict
 	mysqlNoSuchTable      = 1146 // ER_NO_SUCH_TABLE
 	mysqlBadField         = 1054 // ER_BAD_FIELD_ERROR
+	mysqlPacketTooLarge   = 1153 // ER_NET_PACKET_TOO_LARGE
 	mysqlSerializationSQL = "40001"
 )
 
@@ -134,11 +145,14 @@ func NewMySQLStore(db SQLDB, cfg MySQLConfig) (*MySQLStore, error) {
 			" + (SELECT COUNT(*) FROM (SELECT `consumer`, `key`, `started`, `ended`, `started_at` FROM " + a + " LIMIT 0) a)",
 		// MariaDB's SET STATEMENT ... FOR does not exist in MySQL, and MySQL's SET_VAR hint
 		// refuses innodb_lock_wait_timeout (warning 3637): so a session SET and a restore
-		// after the insert. The session's own value is saved in a user variable the first
-		// time only, so that a restore a cancellation skipped is made good by the next
-		// claim on that connection.
+		// after the insert. The value in force is saved in a user variable, which the
+		// restore clears: a value still saved is one a skipped restore left, and the next
+		// claim on that connection restores it instead of saving its own.
 		lockSet:      fmt.Sprintf("SET @inbox_lock_wait_timeout = CAST(COALESCE(@inbox_lock_wait_timeout, @@SESSION.innodb_lock_wait_timeout) AS UNSIGNED), SESSION innodb_lock_wait_timeout = %d", seconds),
-		lockRestored: "SET SESSION innodb_lock_wait_timeout = @inbox_lock_wait_timeout",
+		lockRestored: "SET SESSION innodb_lock_wait_timeout = COALESCE(@inbox_lock_wait_timeout, @@SESSION.innodb_lock_wait_timeout), @inbox_lock_wait_timeout = NULL",
+		// MariaDB's statement-scoped form leaves the session untouched on every path.
+		insertBounded: fmt.Sprintf("SET STATEMENT innodb_lock_wait_timeout = %d FOR ", seconds) +
+			"INSERT INTO " + t + " (`consumer`, `key`, `fingerprint`) VALUES (?, ?, ?)",
 	}}, nil
 }
 
@@ -158,100 +172,17 @@ func (s *MySQLStore) CreateSchema(ctx context.Context) error {
 	return nil
 }
 
-// Claim implements Store.
-func (s *MySQLStore) Claim(ctx context.Context, rec Record) (Claim, error) {
-	s.prepareInsert(ctx)
-	return claimInNewTx(ctx, s.db, s.cfg.Isolation, s.wrap, func(tx *sql.Tx) (Claim, error) {
-		return s.claim(ctx, tx, rec, false)
-	})
-}
-
-// ClaimIn implements Store; tx must be a *sql.Tx.
-func (s *MySQLStore) ClaimIn(ctx context.Context, tx any, rec Record) (Claim, error) {
-	sqlTx, err := joinedSQLTx(tx, "MySQLStore")
-	if err != nil {
-		return Claim{}, err
-	}
-	return s.claim(ctx, sqlTx, rec, true)
-}
-
-// claim inserts the key. A duplicate fails with error 1062, which in InnoDB undoes that
-// statement only, not the transaction; then, and only then, a second statement reads what
-// the first delivery stored.
-func (s *MySQLStore) claim(ctx context.Context, tx *sql.Tx, rec Record, joined bool) (Claim, error) {
-	err := s.insert(ctx, tx, rec)
-	var myErr *mysql.MySQLError
-	if !errors.As(err, &myErr) || myErr.Number != mysqlDuplicateEntry {
-		if err != nil {
-			return Claim{}, s.wrap("inserting the key", err)
-		}
-		return Claim{Tx: &sqlInboxTx{tx: tx, joined: joined, wrap: s.wrap,
-			setOutput: func(ctx context.Context, tx *sql.Tx, output []byte) error {
-				_, err := tx.ExecContext(ctx, s.sql.setOutput, output, rec.Consumer, rec.Key)
-				return err
-			}}}, nil
-	}
-	return readStoredSQL(ctx, tx, s.sql.stored, rec, s.wrap)
-}
-
-// preparer is what *sql.DB has beyond SQLDB to prepare statements.
-type preparer interface {
-	PrepareContext(ctx context.Context, query string) (*sql.Stmt, error)
-}
-
-// prepareInsert prepares the key's INSERT once, when db can prepare. It runs before a
-// transaction begins, never while one is held: preparing takes a connection of the
-// pool, which a pool of one (or a pool drained by waiting claims) would not have. A
-// failure leaves the plain path.
-func (s *MySQLStore) prepareInsert(ctx context.Context) {
-	p, ok := s.db.(preparer)
-	if !ok || s.insertStmt.Load() != nil {
-		return
-	}
-	s.prepareMu.Lock()
-	defer s.prepareMu.Unlock()
-	if s.insertStmt.Load() == nil {
-		// Prepared on one connection now, and by database/sql on each other one the first
-		// time a transaction there uses it.
-		if prepared, err := p.PrepareContext(ctx, s.sql.insert); err == nil {
-			s.insertStmt.Store(prepared)
-		}
-	}
-}
-
-// execInsert runs the insert in tx, through the prepared statement once there is one.
-func (s *MySQLStore) execInsert(ctx context.Context, tx *sql.Tx, rec Record) error {
-	var err error
-	if stmt := s.insertStmt.Load(); stmt != nil {
-		_, err = tx.StmtContext(ctx, stmt).ExecContext(ctx, rec.Consumer, rec.Key, rec.Fingerprint)
-	} else {
-		_, err = tx.ExecContext(ctx, s.sql.insert, rec.Consumer, rec.Key, rec.Fingerprint)
-	}
-	return err
-}
-
-// insert inserts rec's key, under the configured lock wait timeout if there is one.
-func (s *MySQLStore) insert(ctx context.Context, tx *sql.Tx, rec Record) error {
-	if s.cfg.LockTimeout <= 0 {
-		return s.execInsert(ctx, tx, rec)
-	}
-	if _, err := tx.ExecContext(ctx, s.sql.lockSet); err != nil {
-		return fmt.Errorf("setting innodb_lock_wait_timeout: %w", err)
-	}
-	err := s.execInsert(ctx, tx, rec)
-	// Restore the session's value even when the insert failed or ctx ended, so that the
-	// connection goes back to the pool as it came.
-	if _, rerr := tx.ExecContext(context.WithoutCancel(ctx), s.sql.lockRestored); rerr != nil && err == nil {
-		return fmt.Errorf("restoring innodb_lock_wait_timeout: %w", rerr)
-	}
-	return err
-}
-
 // StartAttempt implements Store. The upsert and the read run in one short transaction:
-// the upsert's row lock keeps a concurrent start from slipping in between.
+// the upsert's row lock keeps a concurrent start from slipping in between. Beside a
+// joined transaction it runs on another connection (see attemptDB).
 func (s *MySQLStore) StartAttempt(ctx context.Context, consumer, key string) (int, error) {
+	db, release, err := attemptDB(ctx, s.db)
+	if err != nil {
+		return 0, err
+	}
+	defer release()
 	var unfinished int
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
+	err = inTx(ctx, db, func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, s.sql.startAttempt, consumer, key); err != nil {
 			return err
 		}
@@ -265,7 +196,12 @@ func (s *MySQLStore) StartAttempt(ctx context.Context, consumer, key string) (in
 
 // EndAttempt implements Store.
 func (s *MySQLStore) EndAttempt(ctx context.Context, consumer, key string) error {
-	if _, err := s.db.ExecContext(ctx, s.sql.endAttempt, consumer, key); err != nil {
+	db, release, err := attemptDB(ctx, s.db)
+	if err != nil {
+		return err
+	}
+	defer release()
+	if _, err := db.ExecContext(ctx, s.sql.endAttempt, consumer, key); err != nil {
 		return s.wrap("ending the attempt", err)
 	}
 	return nil
@@ -275,7 +211,7 @@ func (s *MySQLStore) EndAttempt(ctx context.Context, consumer, key string) error
 func (s *MySQLStore) Forget(ctx context.Context, consumer, key string) (bool, error) {
 	key = storableKey(key)
 	var n int64
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
+	err := inTx(ctx, s.db, func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, s.sql.forgetAttempts, consumer, key); err != nil {
 			return err
 		}
@@ -293,22 +229,24 @@ func (s *MySQLStore) Forget(ctx context.Context, consumer, key string) (bool, er
 }
 
 // PurgeBatch implements Store.
-func (s *MySQLStore) PurgeBatch(ctx context.Context, before time.Time, limit int) (int64, error) {
+func (s *MySQLStore) PurgeBatch(ctx context.Context, before time.Time, limit int) (Purged, error) {
 	cutoff := before.UTC().Format(mysqlTimeFormat)
-	var n int64
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, s.sql.purgeAttempts, cutoff, limit); err != nil {
-			return err
+	var n Purged
+	err := inTx(ctx, s.db, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, s.sql.purgeAttempts, cutoff, limit)
+		if err == nil {
+			n.Attempts, err = res.RowsAffected()
 		}
-		res, err := tx.ExecContext(ctx, s.sql.purge, cutoff, limit)
-		if err != nil {
-			return err
+		if err == nil {
+			res, err = tx.ExecContext(ctx, s.sql.purge, cutoff, limit)
 		}
-		n, err = res.RowsAffected()
+		if err == nil {
+			n.Keys, err = res.RowsAffected()
+		}
 		return err
 	})
 	if err != nil {
-		return 0, s.wrap("purging", err)
+		return Purged{}, s.wrap("purging", err)
 	}
 	return n, nil
 }
@@ -347,14 +285,14 @@ func (s *MySQLStore) Verify(ctx context.Context) error {
 	return nil
 }
 
-// inTx runs fn in a short READ COMMITTED transaction of the store's own.
-func (s *MySQLStore) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+// inTx runs fn in a short READ COMMITTED transaction of the store's own, on db.
+func inTx(ctx context.Context, db SQLDB, fn func(tx *sql.Tx) error) error {
+	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return err
 	}
 	if err := fn(tx); err != nil {
-		return errors.Join(err, rollbackSQL(tx))
+		return join(err, rollbackSQL(tx))
 	}
 	return tx.Commit()
 }

@@ -49,13 +49,10 @@ func TestMySQLStoreAnyDSN(t *testing.T) {
 				"time_zone":         "'+09:00'",
 				"collation":         "utf8mb4_general_ci",
 			})
-			open := func(t testing.TB) *sql.DB {
-				return openSQL(t, "mysql", dsn, server.name, "INBOX_MARIADB_DSN or INBOX_MYSQL_DSN")
-			}
 			var zone, collation string
-			require.NoError(t, open(t).QueryRow("SELECT @@time_zone, @@collation_connection").Scan(&zone, &collation))
+			require.NoError(t, openSQL(t, "mysql", dsn, server.name, "INBOX_MARIADB_DSN or INBOX_MYSQL_DSN").QueryRow("SELECT @@time_zone, @@collation_connection").Scan(&zone, &collation))
 			require.Equal(t, [2]string{"+09:00", "utf8mb4_general_ci"}, [2]string{zone, collation}, "the DSN options apply")
-			exerciseStore(t, mysqlFlavour(server.name, open, inbox.MySQLConfig{}))
+			exerciseStore(t, mysqlFlavour(server.name, func(testing.TB) string { return dsn }, inbox.MySQLConfig{}))
 		})
 	}
 }
@@ -189,7 +186,7 @@ func TestMySQLStoreConfig(t *testing.T) {
 // cancelled under the handler is a cancellation, not ErrTxDone.
 func TestSQLStoresReportCancellation(t *testing.T) {
 	t.Parallel()
-	for _, f := range []storeFlavour{sqlPostgresFlavour(), mysqlFlavour("mariadb", mariaDB, inbox.MySQLConfig{})} {
+	for _, f := range []storeFlavour{sqlPostgresFlavour(), mysqlFlavour("mariadb", mariaDBDSNOf, inbox.MySQLConfig{})} {
 		t.Run(f.name, func(t *testing.T) {
 			t.Parallel()
 			fx := f.open(t, storeOpts{})

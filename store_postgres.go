@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // PgxDB is what PostgresStore needs of a database. *pgxpool.Pool satisfies it, and so
@@ -32,8 +33,9 @@ type PostgresConfig struct {
 	TxOptions pgx.TxOptions
 
 	// LockTimeout bounds how long a claim waits on a concurrent duplicate's transaction
-	// (lock_timeout, set for the inbox statement only). When it expires the claim fails
-	// with ErrContended and the connection goes back to the pool. Defaults to 0: wait as
+	// (lock_timeout, set for the inbox statement only: the value in force before, the
+	// session's or a joined transaction's, is restored after it). When it expires the
+	// claim fails with ErrContended and the connection goes back to the pool. Defaults to 0: wait as
 	// long as the server's lock_timeout allows (by default, until the other ends).
 	LockTimeout time.Duration
 }
@@ -92,6 +94,14 @@ func NewPostgresStore(db PgxDB, cfg PostgresConfig) (*PostgresStore, error) {
 	return s, nil
 }
 
+// savedLockTimeout is the placeholder setting that keeps the lock_timeout in force
+// before a claim with PostgresConfig.LockTimeout; restoreLockTimeout puts it back, for
+// the rest of the transaction.
+const (
+	savedLockTimeout   = "inbox.lock_timeout"
+	restoreLockTimeout = `SELECT set_config('lock_timeout', current_setting('` + savedLockTimeout + `'), true)`
+)
+
 // newPostgresQueries returns the statements of the PostgreSQL stores (pgx and
 // database/sql) on table and <table>_attempts.
 func newPostgresQueries(table string) postgresQueries {
@@ -104,12 +114,16 @@ func newPostgresQueries(table string) postgresQueries {
 		startAttempt: `INSERT INTO ` + a + ` AS a (consumer, key) VALUES ($1, $2) ON CONFLICT (consumer, key) DO UPDATE SET started = a.started + 1 RETURNING a.started - a.ended - 1`,
 		endAttempt:   `UPDATE ` + a + ` SET ended = ended + 1 WHERE consumer = $1 AND key = $2`,
 		forget:       `WITH a AS (DELETE FROM ` + a + ` WHERE consumer = $1 AND key = $2) DELETE FROM ` + t + ` WHERE consumer = $1 AND key = $2`,
-		purge: `WITH a AS (DELETE FROM ` + a + ` WHERE ctid IN (SELECT ctid FROM ` + a + ` WHERE started_at < $1 LIMIT $2))
-			DELETE FROM ` + t + ` WHERE ctid IN (SELECT ctid FROM ` + t + ` WHERE processed_at < $1 LIMIT $2)`,
-		stats:     `SELECT consumer, count(*), min(processed_at) FROM ` + t + ` GROUP BY consumer ORDER BY consumer`,
-		verify:    `SELECT (SELECT count(*) FROM (SELECT consumer, key, processed_at, fingerprint, output FROM ` + t + ` LIMIT 0) t) + (SELECT count(*) FROM (SELECT consumer, key, started, ended, started_at FROM ` + a + ` LIMIT 0) a)`,
-		lockSet:   `SELECT set_config('lock_timeout', $1, true)`,
-		lockReset: `SET LOCAL lock_timeout TO DEFAULT`,
+		purge: `WITH a AS (DELETE FROM ` + a + ` WHERE ctid IN (SELECT ctid FROM ` + a + ` WHERE started_at < $1 LIMIT $2) RETURNING 1),
+			k AS (DELETE FROM ` + t + ` WHERE ctid IN (SELECT ctid FROM ` + t + ` WHERE processed_at < $1 LIMIT $2) RETURNING 1)
+			SELECT (SELECT count(*) FROM k), (SELECT count(*) FROM a)`,
+		stats:  `SELECT consumer, count(*), min(processed_at) FROM ` + t + ` GROUP BY consumer ORDER BY consumer`,
+		verify: `SELECT (SELECT count(*) FROM (SELECT consumer, key, processed_at, fingerprint, output FROM ` + t + ` LIMIT 0) t) + (SELECT count(*) FROM (SELECT consumer, key, started, ended, started_at FROM ` + a + ` LIMIT 0) a)`,
+		// The value in force before the claim (the session's, or the joined transaction's
+		// SET LOCAL) is saved in a placeholder setting and put back after the insert. The
+		// subquery runs first: a FROM item with a volatile target list is not pulled up.
+		lockSet:   `SELECT set_config('lock_timeout', $1, true) FROM (SELECT set_config('` + savedLockTimeout + `', current_setting('lock_timeout'), true)) saved`,
+		lockReset: restoreLockTimeout,
 	}
 }
 
@@ -137,7 +151,7 @@ func (s *PostgresStore) Claim(ctx context.Context, rec Record) (Claim, error) {
 	}
 	claim, err := s.claim(ctx, tx, rec, false)
 	if err != nil || claim.Duplicate {
-		err = errors.Join(err, rollbackPgx(ctx, tx))
+		err = join(err, rollbackPgx(ctx, tx))
 	}
 	return claim, err
 }
@@ -198,11 +212,16 @@ func (s *PostgresStore) claim(ctx context.Context, tx pgx.Tx, rec Record, joined
 // The count is committed without waiting for its WAL flush (synchronous_commit off, for
 // this one transaction, in one round trip): a server crash may lose the last counts,
 // which only delays a poison verdict by an attempt, and the write stays off the disk's
-// critical path.
+// critical path. Beside a joined transaction it runs on another connection (see
+// attemptDB).
 func (s *PostgresStore) StartAttempt(ctx context.Context, consumer, key string) (int, error) {
+	db, release, err := s.attemptDB(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer release()
 	var unfinished int
-	var err error
-	if batcher, ok := s.db.(pgxBatcher); ok {
+	if batcher, ok := db.(pgxBatcher); ok {
 		batch := &pgx.Batch{}
 		batch.Queue(`BEGIN`)
 		batch.Queue(`SET LOCAL synchronous_commit TO OFF`)
@@ -210,7 +229,7 @@ func (s *PostgresStore) StartAttempt(ctx context.Context, consumer, key string) 
 		batch.Queue(`COMMIT`)
 		err = batcher.SendBatch(ctx, batch).Close()
 	} else {
-		err = s.db.QueryRow(ctx, s.sql.startAttempt, consumer, key).Scan(&unfinished)
+		err = db.QueryRow(ctx, s.sql.startAttempt, consumer, key).Scan(&unfinished)
 	}
 	if err != nil {
 		return 0, s.wrap("counting the attempt", err)
@@ -225,10 +244,51 @@ type pgxBatcher interface {
 
 // EndAttempt implements Store.
 func (s *PostgresStore) EndAttempt(ctx context.Context, consumer, key string) error {
-	if _, err := s.db.Exec(ctx, s.sql.endAttempt, consumer, key); err != nil {
+	db, release, err := s.attemptDB(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
+	if _, err := db.Exec(ctx, s.sql.endAttempt, consumer, key); err != nil {
 		return s.wrap("ending the attempt", err)
 	}
 	return nil
+}
+
+// attemptDB returns the handle attempts are counted through, never the connection of a
+// transaction the message context carries (the middleware joins it): a statement
+// there would run inside that transaction, and a BEGIN ... COMMIT would commit it. Over
+// a pool that is a second connection, waited for at most AttemptConnWait; over the
+// *pgx.Conn the joined transaction runs on, the count is refused.
+func (s *PostgresStore) attemptDB(ctx context.Context) (PgxDB, func(), error) {
+	joined := txFromContext(ctx)
+	if joined == nil {
+		return s.db, func() {}, nil
+	}
+	switch db := s.db.(type) {
+	case *pgxpool.Pool:
+		acquireCtx, cancel := context.WithTimeout(ctx, AttemptConnWait)
+		defer cancel()
+		conn, err := db.Acquire(acquireCtx)
+		if err != nil {
+			return nil, nil, attemptConnErr(ctx, err, "raise the pool's MaxConns above the number of handlers that run at once")
+		}
+		return conn, conn.Release, nil
+	case *pgx.Conn:
+		if tx, ok := joined.(pgx.Tx); ok && tx.Conn() == db {
+			return nil, nil, fmt.Errorf("inbox: counting the attempt: %w: the joined transaction runs on the store's *pgx.Conn, where counting would commit it; give the store a *pgxpool.Pool, or set MaxAttempts to 0", ErrAttemptsNeedConn)
+		}
+	}
+	return s.db, func() {}, nil
+}
+
+// attemptConnErr explains a second connection that did not come for an attempt count.
+func attemptConnErr(ctx context.Context, err error, fix string) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("inbox: counting the attempt: waiting for a second connection: %w", err)
+	}
+	return fmt.Errorf("inbox: counting the attempt: %w: no second connection of the pool came free within %v while the joined transaction holds one; %s, or set MaxAttempts to 0: %w",
+		ErrAttemptsNeedConn, AttemptConnWait, fix, err)
 }
 
 // Forget implements Store.
@@ -241,12 +301,12 @@ func (s *PostgresStore) Forget(ctx context.Context, consumer, key string) (bool,
 }
 
 // PurgeBatch implements Store.
-func (s *PostgresStore) PurgeBatch(ctx context.Context, before time.Time, limit int) (int64, error) {
-	tag, err := s.db.Exec(ctx, s.sql.purge, before, limit)
-	if err != nil {
-		return 0, s.wrap("purging", err)
+func (s *PostgresStore) PurgeBatch(ctx context.Context, before time.Time, limit int) (Purged, error) {
+	var n Purged
+	if err := s.db.QueryRow(ctx, s.sql.purge, before, limit).Scan(&n.Keys, &n.Attempts); err != nil {
+		return Purged{}, s.wrap("purging", err)
 	}
-	return tag.RowsAffected(), nil
+	return n, nil
 }
 
 // Stats implements Store.
@@ -320,7 +380,7 @@ func (t *pgxInboxTx) Commit(ctx context.Context, output []byte) error {
 		if _, err := t.tx.Exec(ctx, t.store.sql.setOutput, t.rec.Consumer, t.rec.Key, output); err != nil {
 			err = t.ended("storing the produced messages", err)
 			if t.release != nil { // end it here, so the connection goes back now
-				err = errors.Join(err, rollbackPgx(ctx, t.tx))
+				err = join(err, rollbackPgx(ctx, t.tx))
 				t.done()
 			}
 			return err

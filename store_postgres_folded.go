@@ -69,7 +69,7 @@ func (f *foldedClaim) claim(ctx context.Context, rec Record) (Claim, error) {
 		}
 		claim, err := f.s.claim(ctx, tx, rec, false)
 		if err != nil || claim.Duplicate {
-			err = errors.Join(err, rollbackPgx(ctx, tx))
+			err = join(err, rollbackPgx(ctx, tx))
 			release()
 			return claim, err
 		}
@@ -147,7 +147,8 @@ func (f *foldedClaim) beginInsert(conn *pgconn.PgConn, rec Record) (string, bool
 	b.Grow(len(f.begin) + len(f.table) + len(rec.Consumer) + len(rec.Key) + 2*len(rec.Fingerprint) + 160)
 	b.WriteString(f.begin)
 	if f.s.cfg.LockTimeout > 0 {
-		fmt.Fprintf(&b, "; SET LOCAL lock_timeout = %d", lockTimeoutMillis(f.s.cfg.LockTimeout))
+		fmt.Fprintf(&b, "; SELECT set_config('%s', current_setting('lock_timeout'), true); SET LOCAL lock_timeout = %d",
+			savedLockTimeout, lockTimeoutMillis(f.s.cfg.LockTimeout))
 	}
 	b.WriteString("; INSERT INTO ")
 	b.WriteString(f.table)
@@ -163,7 +164,8 @@ func (f *foldedClaim) beginInsert(conn *pgconn.PgConn, rec Record) (string, bool
 		b.WriteString("'::bytea)")
 	}
 	if f.s.cfg.LockTimeout > 0 {
-		b.WriteString("; SET LOCAL lock_timeout TO DEFAULT")
+		b.WriteString("; ")
+		b.WriteString(restoreLockTimeout)
 	}
 	return b.String(), true
 }

@@ -19,10 +19,9 @@ type SQLDB interface {
 
 // sqlInboxTx is the transaction of a claimed key in a database/sql store.
 //
-// database/sql rolls a transaction back by itself when the context given to BeginTx is
-// cancelled, and from then on every call on it fails with sql.ErrTxDone. So ErrTxDone
-// while ctx is done means the message context ended and the transaction rolled back; it
-// means the handler ended the transaction only while ctx is still live.
+// A transaction the store began does not end when ctx does (see claimInNewTx), so
+// ErrTxDone on it means the handler ended it. A joined transaction ends when its
+// owner's context does: ErrTxDone while ctx is done means that.
 type sqlInboxTx struct {
 	tx     *sql.Tx
 	joined bool
@@ -30,6 +29,9 @@ type sqlInboxTx struct {
 	setOutput func(ctx context.Context, tx *sql.Tx, output []byte) error
 	// wrap classifies the database's own errors.
 	wrap func(doing string, err error) error
+	// release gives back a connection the store held for the transaction, once it
+	// ended; nil otherwise.
+	release func()
 }
 
 func (t *sqlInboxTx) Handle() any { return t.tx }
@@ -43,6 +45,7 @@ func (t *sqlInboxTx) Commit(ctx context.Context, output []byte) error {
 	if t.joined {
 		return nil
 	}
+	defer t.done()
 	if err := t.tx.Commit(); err != nil {
 		return t.ended(ctx, "committing", err)
 	}
@@ -53,15 +56,23 @@ func (t *sqlInboxTx) Rollback(context.Context) error {
 	if t.joined {
 		return nil
 	}
+	defer t.done()
 	return rollbackSQL(t.tx)
+}
+
+// done gives back the connection the store held, once.
+func (t *sqlInboxTx) done() {
+	if t.release != nil {
+		t.release()
+		t.release = nil
+	}
 }
 
 // ended classifies an error of a statement on the claimed transaction.
 func (t *sqlInboxTx) ended(ctx context.Context, doing string, err error) error {
-	if ctxErr := ctx.Err(); ctxErr != nil && !t.joined {
-		// database/sql rolled the transaction back when ctx ended, or the driver gave up
-		// on the statement: either way nothing committed.
-		return fmt.Errorf("inbox: %s: the message context ended and the transaction rolled back: %w", doing, errors.Join(ctxErr, err))
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		// The statement did not run, or the driver gave up on it: nothing committed.
+		return fmt.Errorf("inbox: %s: %w", doing, join(ctxErr, err))
 	}
 	if errors.Is(err, sql.ErrTxDone) {
 		return fmt.Errorf("inbox: %s: %w", doing, ErrTxDone)
@@ -80,17 +91,38 @@ func rollbackSQL(tx *sql.Tx) error {
 
 // claimInNewTx begins a transaction at isolation and claims the key in it with claim. A
 // duplicate or an error ends the transaction; a new key leaves it open in the Claim.
+//
+// The transaction is begun on a connection taken with ctx, but with ctx's cancellation
+// cut off: database/sql would otherwise roll it back by itself, asynchronously, when
+// ctx ends, between two statements of the store's (leaving a session setting changed)
+// and, for drivers that cannot reset a session, by closing the connection, which kills
+// a *sql.Conn handle. The store and the middleware end the transaction on every path;
+// a statement still sees ctx, so a cancelled message stops at its next statement.
 func claimInNewTx(ctx context.Context, db SQLDB, isolation sql.IsolationLevel, wrap func(doing string, err error) error,
 	claim func(tx *sql.Tx) (Claim, error)) (Claim, error) {
-	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: isolation})
+	conn, release := db, func() {}
+	if pool, ok := db.(*sql.DB); ok {
+		c, err := pool.Conn(ctx)
+		if err != nil {
+			return Claim{}, wrap("acquiring a connection", err)
+		}
+		conn, release = c, func() { _ = c.Close() }
+	} else if err := ctx.Err(); err != nil {
+		return Claim{}, wrap("beginning the transaction", err)
+	}
+	tx, err := conn.BeginTx(context.WithoutCancel(ctx), &sql.TxOptions{Isolation: isolation})
 	if err != nil {
+		release()
 		return Claim{}, wrap("beginning the transaction", err)
 	}
 	c, err := claim(tx)
 	if err != nil || c.Duplicate {
-		err = errors.Join(err, rollbackSQL(tx))
+		err = join(err, rollbackSQL(tx))
+		release()
+		return c, err
 	}
-	return c, err
+	c.Tx.(*sqlInboxTx).release = release
+	return c, nil
 }
 
 // readStoredSQL reads, for a duplicate, what the first delivery of rec stored; query
@@ -113,4 +145,28 @@ func joinedSQLTx(tx any, store string) (*sql.Tx, error) {
 		return nil, fmt.Errorf("inbox: the transaction in the context is a %T; %s joins only a *sql.Tx", tx, store)
 	}
 	return sqlTx, nil
+}
+
+// attemptDB returns the handle a database/sql store counts attempts through, never the
+// connection of a transaction the message context carries (the middleware joins it): a
+// statement there would run inside that transaction. Over a *sql.DB that is a second
+// connection, waited for at most AttemptConnWait; over a *sql.Conn, which the joined
+// transaction may be running on (database/sql cannot tell), the count is refused.
+func attemptDB(ctx context.Context, db SQLDB) (SQLDB, func(), error) {
+	if txFromContext(ctx) == nil {
+		return db, func() {}, nil
+	}
+	switch db := db.(type) {
+	case *sql.DB:
+		acquireCtx, cancel := context.WithTimeout(ctx, AttemptConnWait)
+		defer cancel()
+		conn, err := db.Conn(acquireCtx)
+		if err != nil {
+			return nil, nil, attemptConnErr(ctx, err, "raise SetMaxOpenConns above the number of handlers that run at once")
+		}
+		return conn, func() { _ = conn.Close() }, nil
+	case *sql.Conn:
+		return nil, nil, fmt.Errorf("inbox: counting the attempt: %w: the store's handle is a *sql.Conn, which the joined transaction may be running on; give the store the *sql.DB, or set MaxAttempts to 0", ErrAttemptsNeedConn)
+	}
+	return db, func() {}, nil
 }

@@ -22,8 +22,9 @@ type SQLPostgresConfig struct {
 	Isolation sql.IsolationLevel
 
 	// LockTimeout bounds how long a claim waits on a concurrent duplicate's transaction
-	// (lock_timeout, set for the inbox statement only). When it expires the claim fails
-	// with ErrContended. Defaults to 0: wait as long as the server's lock_timeout allows
+	// (lock_timeout, set for the inbox statement only: the value in force before, the
+	// session's or a joined transaction's, is restored after it). When it expires the
+	// claim fails with ErrContended. Defaults to 0: wait as long as the server's lock_timeout allows
 	// (by default, until the other ends).
 	LockTimeout time.Duration
 }
@@ -31,8 +32,9 @@ type SQLPostgresConfig struct {
 // SQLPostgresStore is a Store on PostgreSQL through database/sql, for services that use
 // pgx's stdlib driver (github.com/jackc/pgx/v5/stdlib) with sqlx, sqlc, GORM, ent or bun.
 // It uses the same tables as PostgresStore. Handlers get a *sql.Tx from TxFromContext.
-// database/sql rolls the transaction back by itself when the message context is
-// cancelled; the commit then fails with the context's error.
+// When the message context ends, the handler's next statement fails and the middleware
+// rolls back (the store begins its transactions with the context's cancellation cut
+// off, so that database/sql does not close the connection under it).
 type SQLPostgresStore struct {
 	db  SQLDB
 	cfg SQLPostgresConfig
@@ -123,10 +125,16 @@ func (s *SQLPostgresStore) claim(ctx context.Context, tx *sql.Tx, rec Record, jo
 	return readStoredSQL(ctx, tx, s.sql.stored, rec, s.wrap)
 }
 
-// StartAttempt implements Store.
+// StartAttempt implements Store. Beside a joined transaction it runs on another
+// connection (see attemptDB).
 func (s *SQLPostgresStore) StartAttempt(ctx context.Context, consumer, key string) (int, error) {
+	db, release, err := attemptDB(ctx, s.db)
+	if err != nil {
+		return 0, err
+	}
+	defer release()
 	var unfinished int
-	if err := s.db.QueryRowContext(ctx, s.sql.startAttempt, consumer, key).Scan(&unfinished); err != nil {
+	if err := db.QueryRowContext(ctx, s.sql.startAttempt, consumer, key).Scan(&unfinished); err != nil {
 		return 0, s.wrap("counting the attempt", err)
 	}
 	return unfinished, nil
@@ -134,7 +142,12 @@ func (s *SQLPostgresStore) StartAttempt(ctx context.Context, consumer, key strin
 
 // EndAttempt implements Store.
 func (s *SQLPostgresStore) EndAttempt(ctx context.Context, consumer, key string) error {
-	if _, err := s.db.ExecContext(ctx, s.sql.endAttempt, consumer, key); err != nil {
+	db, release, err := attemptDB(ctx, s.db)
+	if err != nil {
+		return err
+	}
+	defer release()
+	if _, err := db.ExecContext(ctx, s.sql.endAttempt, consumer, key); err != nil {
 		return s.wrap("ending the attempt", err)
 	}
 	return nil
@@ -154,14 +167,10 @@ func (s *SQLPostgresStore) Forget(ctx context.Context, consumer, key string) (bo
 }
 
 // PurgeBatch implements Store.
-func (s *SQLPostgresStore) PurgeBatch(ctx context.Context, before time.Time, limit int) (int64, error) {
-	res, err := s.db.ExecContext(ctx, s.sql.purge, before, limit)
-	if err != nil {
-		return 0, s.wrap("purging", err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return 0, s.wrap("purging", err)
+func (s *SQLPostgresStore) PurgeBatch(ctx context.Context, before time.Time, limit int) (Purged, error) {
+	var n Purged
+	if err := s.db.QueryRowContext(ctx, s.sql.purge, before, limit).Scan(&n.Keys, &n.Attempts); err != nil {
+		return Purged{}, s.wrap("purging", err)
 	}
 	return n, nil
 }

@@ -544,8 +544,8 @@ func Purge(ctx context.Context, t *Target, workers, limit int) (PurgeResult, err
 			wg.Wait()
 			return p, err
 		}
-		p.Deleted += n
-		if n < int64(limit) {
+		p.Deleted += n.Keys
+		if n.Keys < int64(limit) && n.Attempts < int64(limit) {
 			break
 		}
 	}

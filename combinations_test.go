@@ -1,0 +1,215 @@
+package inbox_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/require"
+
+	"github.com/watermill-inbox/inbox"
+)
+
+// exerciseCombinations is the part of the conformance suite where features meet: a
+// joined transaction with MaxAttempts and with LockTimeout, from the store's own handle
+// and from another one; LockTimeout against the session's own value; purges and
+// attempt counts; replay of bytes that are not text.
+func exerciseCombinations(t *testing.T, f storeFlavour) {
+	ctx := context.Background()
+
+	sources := []struct {
+		name  string
+		begin func(fx fixture) func(t *testing.T) (any, func(bool) error)
+		// same: the transaction may run on the store's own connection.
+		same bool
+	}{
+		{"SameHandle", func(fx fixture) func(t *testing.T) (any, func(bool) error) { return fx.begin }, true},
+		{"OtherHandle", func(fx fixture) func(t *testing.T) (any, func(bool) error) { return fx.beginOther }, false},
+	}
+
+	for _, src := range sources {
+		t.Run("JoinedWithMaxAttempts/"+src.name, func(t *testing.T) {
+			t.Parallel()
+			fx := f.open(t, storeOpts{})
+			ib := newTestInbox(t, fx.store, inbox.Config{MaxAttempts: 2})
+			begin := src.begin(fx)
+			// Counting beside the joined transaction needs a connection that is not its own.
+			refused := fx.handle == oneSQLConn || fx.handle == onePgxConn && src.same
+
+			// The handler fails; the owner rolls back: nothing stays, the redelivery processes.
+			tx, end := begin(t)
+			calls := 0
+			boom := errors.New("provider timed out")
+			_, err := ib.Process(inbox.ContextWithTx(ctx, tx), "billing", "order-1", func(ctx context.Context) error {
+				calls++
+				require.NoError(t, fx.ledger.credit(ctx, 190))
+				return boom
+			})
+			if refused {
+				require.ErrorIs(t, err, inbox.ErrAttemptsNeedConn)
+				require.Zero(t, calls, "refused before the handler")
+				require.NoError(t, fx.ledger.credit(inbox.ContextWithTx(ctx, tx), 5), "the owner's transaction is still open")
+			} else {
+				require.ErrorIs(t, err, boom)
+			}
+			require.NoError(t, end(false))
+			total, _ := fx.ledger.balance(t)
+			require.Zero(t, total, "the owner's rollback removes everything")
+			dup, err := creditOnce(ctx, ib, fx.ledger, "billing", "order-1", 190)
+			require.NoError(t, err)
+			require.False(t, dup, "the redelivery is processed")
+
+			if refused {
+				return
+			}
+			// The handler succeeds and the owner rolls back, more often than MaxAttempts: a
+			// healthy message, never refused as poison.
+			for range 3 {
+				tx, end := begin(t)
+				dup, err := creditOnce(inbox.ContextWithTx(ctx, tx), ib, fx.ledger, "billing", "order-2", 1)
+				require.NoError(t, err)
+				require.False(t, dup)
+				require.NoError(t, end(false))
+			}
+			tx, end = begin(t)
+			dup, err = creditOnce(inbox.ContextWithTx(ctx, tx), ib, fx.ledger, "billing", "order-2", 1)
+			require.NoError(t, err, "owner rollbacks are not crashes")
+			require.False(t, dup)
+			require.NoError(t, end(true))
+			total, credits := fx.ledger.balance(t)
+			require.Equal(t, [2]int{191, 2}, [2]int{total, credits})
+		})
+
+		t.Run("JoinedWithLockTimeout/"+src.name, func(t *testing.T) {
+			t.Parallel()
+			fx := f.open(t, storeOpts{lockTimeout: time.Second})
+			ib := newTestInbox(t, fx.store, inbox.Config{})
+			begin := src.begin(fx)
+
+			// The owner's own bound is in force in the handler and after the claim.
+			tx, end := begin(t)
+			require.NoError(t, fx.lock.set(ctx, tx, fx.lock.owned))
+			var inHandler string
+			_, err := ib.Process(inbox.ContextWithTx(ctx, tx), "billing", "order-1", func(ctx context.Context) error {
+				var err error
+				inHandler, err = fx.lock.read(ctx, tx)
+				return err
+			})
+			require.NoError(t, err)
+			require.Equal(t, fx.lock.owned, inHandler, "the handler runs under the owner's lock bound")
+			after, err := fx.lock.read(ctx, tx)
+			require.NoError(t, err)
+			require.Equal(t, fx.lock.owned, after)
+			require.NoError(t, end(true))
+
+			// A joined claim on a key another delivery holds gives up after LockTimeout.
+			holding, release, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+			go func() {
+				_, err := newTestInbox(t, fx.peer(t), inbox.Config{}).Process(ctx, "billing", "order-2", func(context.Context) error {
+					close(holding)
+					<-release
+					return nil
+				})
+				done <- err
+			}()
+			<-holding
+			tx, end = begin(t)
+			_, err = creditOnce(inbox.ContextWithTx(ctx, tx), ib, fx.ledger, "billing", "order-2", 190)
+			close(release)
+			require.ErrorIs(t, err, inbox.ErrContended)
+			require.NoError(t, end(false))
+			require.NoError(t, <-done)
+		})
+	}
+
+	t.Run("LockTimeoutKeepsTheSessionValue", func(t *testing.T) {
+		t.Parallel()
+		fx := f.open(t, storeOpts{lockTimeout: time.Second})
+		ib := newTestInbox(t, fx.store, inbox.Config{})
+		read := func(key string) (string, bool) {
+			var v string
+			dup, err := ib.Process(ctx, "billing", key, func(ctx context.Context) error {
+				tx, err := inbox.RequireTx[any](ctx)
+				if err == nil {
+					v, err = fx.lock.read(ctx, tx)
+				}
+				return err
+			})
+			require.NoError(t, err)
+			return v, dup
+		}
+		for _, key := range []string{"order-1", "order-2"} {
+			v, dup := read(key)
+			require.False(t, dup)
+			require.Equal(t, fx.lock.session, v, "the handler runs under the session's own lock bound")
+		}
+		_, dup := read("order-1")
+		require.True(t, dup)
+		v, _ := read("order-3")
+		require.Equal(t, fx.lock.session, v, "after a duplicate, the session keeps its own bound")
+	})
+
+	t.Run("PurgeRemovesEveryOldAttemptRow", func(t *testing.T) {
+		t.Parallel()
+		fx := f.open(t, storeOpts{})
+		for i := range 5 { // crashed attempts: counts without keys
+			_, err := fx.store.StartAttempt(ctx, "billing", fmt.Sprint("crashed-", i))
+			require.NoError(t, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+		_, err := inbox.Purge(ctx, fx.store, inbox.PurgeConfig{OlderThan: time.Millisecond, Force: true, BatchSize: 2})
+		require.NoError(t, err)
+		for i := range 5 {
+			unfinished, err := fx.store.StartAttempt(ctx, "billing", fmt.Sprint("crashed-", i))
+			require.NoError(t, err)
+			require.Zero(t, unfinished, "the attempt count of crashed-%d was purged", i)
+		}
+	})
+
+	t.Run("MaxAttemptsAfterPurge", func(t *testing.T) {
+		t.Parallel()
+		fx := f.open(t, storeOpts{})
+		ib := newTestInbox(t, fx.store, inbox.Config{MaxAttempts: 1})
+		for i := range 5 { // older crashed attempts, which a purge batch meets first
+			_, err := fx.store.StartAttempt(ctx, "billing", fmt.Sprint("crashed-", i))
+			require.NoError(t, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+		_, err := creditOnce(ctx, ib, fx.ledger, "billing", "order-1", 1)
+		require.NoError(t, err)
+		time.Sleep(20 * time.Millisecond)
+		_, err = inbox.Purge(ctx, fx.store, inbox.PurgeConfig{OlderThan: time.Millisecond, Force: true, BatchSize: 2})
+		require.NoError(t, err)
+		dup, err := creditOnce(ctx, ib, fx.ledger, "billing", "order-1", 1)
+		require.NoError(t, err, "a purged key's next delivery is new, not poison")
+		require.False(t, dup)
+	})
+
+	t.Run("ReplayKeepsTheBytes", func(t *testing.T) {
+		t.Parallel()
+		fx := f.open(t, storeOpts{})
+		ib := newTestInbox(t, fx.store, inbox.Config{})
+		produce := func() []*message.Message {
+			out := message.NewMessage("cashback-\xff\xfe", []byte{0xff, 0, 'x'})
+			out.Metadata.Set("x-death-\xc3", "\x00\xff binary") // amqpkey turns byte-array headers into strings
+			out.Metadata.Set("type", "CashbackCredited ü")
+			out.Metadata.Set("", "")
+			return []*message.Message{out, message.NewMessage("receipt-1", nil)}
+		}
+		handler := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) { return produce(), nil })
+		_, err := handler(message.NewMessage("order-1", []byte(`{}`)))
+		require.NoError(t, err)
+		again, err := handler(message.NewMessage("order-1", []byte(`{}`)))
+		require.NoError(t, err)
+		want := produce()
+		require.Len(t, again, len(want))
+		for i := range want {
+			require.Equal(t, want[i].UUID, again[i].UUID)
+			require.Equal(t, []byte(want[i].Payload), []byte(again[i].Payload))
+			require.Equal(t, want[i].Metadata, again[i].Metadata)
+		}
+	})
+}

@@ -1,0 +1,136 @@
+package inbox
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// Claim implements Store.
+func (s *MySQLStore) Claim(ctx context.Context, rec Record) (Claim, error) {
+	s.prepareInsert(ctx)
+	return claimInNewTx(ctx, s.db, s.cfg.Isolation, s.wrap, func(tx *sql.Tx) (Claim, error) {
+		return s.claim(ctx, tx, rec, false)
+	})
+}
+
+// ClaimIn implements Store; tx must be a *sql.Tx, from any handle on the same server.
+func (s *MySQLStore) ClaimIn(ctx context.Context, tx any, rec Record) (Claim, error) {
+	sqlTx, err := joinedSQLTx(tx, "MySQLStore")
+	if err != nil {
+		return Claim{}, err
+	}
+	return s.claim(ctx, sqlTx, rec, true)
+}
+
+// claim inserts the key. A duplicate fails with error 1062, which in InnoDB undoes that
+// statement only, not the transaction; then, and only then, a second statement reads what
+// the first delivery stored.
+func (s *MySQLStore) claim(ctx context.Context, tx *sql.Tx, rec Record, joined bool) (Claim, error) {
+	err := s.insert(ctx, tx, rec, joined)
+	var myErr *mysql.MySQLError
+	if !errors.As(err, &myErr) || myErr.Number != mysqlDuplicateEntry {
+		if err != nil {
+			return Claim{}, s.wrap("inserting the key", err)
+		}
+		return Claim{Tx: &sqlInboxTx{tx: tx, joined: joined, wrap: s.wrap, setOutput: s.setOutput(rec)}}, nil
+	}
+	return readStoredSQL(ctx, tx, s.sql.stored, rec, s.wrap)
+}
+
+// setOutput returns the func that stores the output with rec's key. An output over the
+// packet limit (the driver's maxAllowedPacket or the server's max_allowed_packet) is
+// reported as ErrOutputTooLarge.
+func (s *MySQLStore) setOutput(rec Record) func(ctx context.Context, tx *sql.Tx, output []byte) error {
+	return func(ctx context.Context, tx *sql.Tx, output []byte) error {
+		_, err := tx.ExecContext(ctx, s.sql.setOutput, output, rec.Consumer, rec.Key)
+		var myErr *mysql.MySQLError
+		if errors.Is(err, mysql.ErrPktTooLarge) || errors.As(err, &myErr) && myErr.Number == mysqlPacketTooLarge {
+			return fmt.Errorf("%w: %d bytes of produced messages exceed the connection's max_allowed_packet: raise it on the server (and maxAllowedPacket in the DSN), or lower Config.MaxOutputBytes so the inbox refuses such output first: %w",
+				ErrOutputTooLarge, len(output), err)
+		}
+		return err
+	}
+}
+
+// preparer is what *sql.DB has beyond SQLDB to prepare statements.
+type preparer interface {
+	PrepareContext(ctx context.Context, query string) (*sql.Stmt, error)
+}
+
+// prepareInsert prepares the key's INSERT once, when db can prepare. It runs before a
+// transaction begins, never while one is held: preparing takes a connection of the
+// pool, which a pool of one (or a pool drained by waiting claims) would not have. A
+// failure leaves the plain path.
+func (s *MySQLStore) prepareInsert(ctx context.Context) {
+	p, ok := s.db.(preparer)
+	if !ok || s.insertStmt.Load() != nil {
+		return
+	}
+	s.prepareMu.Lock()
+	defer s.prepareMu.Unlock()
+	if s.insertStmt.Load() == nil {
+		// Prepared on one connection now, and by database/sql on each other one the first
+		// time a transaction there uses it.
+		if prepared, err := p.PrepareContext(ctx, s.sql.insert); err == nil {
+			s.insertStmt.Store(prepared)
+		}
+	}
+}
+
+// execInsert runs the insert in tx, through the prepared statement once there is one.
+// A joined transaction may come from another *sql.DB, which cannot use a statement
+// prepared on the store's: it runs the plain statement.
+func (s *MySQLStore) execInsert(ctx context.Context, tx *sql.Tx, rec Record, joined bool) error {
+	var err error
+	if stmt := s.insertStmt.Load(); stmt != nil && !joined {
+		_, err = tx.StmtContext(ctx, stmt).ExecContext(ctx, rec.Consumer, rec.Key, rec.Fingerprint)
+	} else {
+		_, err = tx.ExecContext(ctx, s.sql.insert, rec.Consumer, rec.Key, rec.Fingerprint)
+	}
+	return err
+}
+
+// insert inserts rec's key, under the configured lock wait timeout if there is one.
+func (s *MySQLStore) insert(ctx context.Context, tx *sql.Tx, rec Record, joined bool) error {
+	if s.cfg.LockTimeout <= 0 {
+		return s.execInsert(ctx, tx, rec, joined)
+	}
+	mariaDB, err := s.isMariaDB(ctx, tx)
+	if err != nil {
+		return fmt.Errorf("reading the server version: %w", err)
+	}
+	if mariaDB {
+		_, err := tx.ExecContext(ctx, s.sql.insertBounded, rec.Consumer, rec.Key, rec.Fingerprint)
+		return err
+	}
+	if _, err = tx.ExecContext(ctx, s.sql.lockSet); err != nil {
+		err = fmt.Errorf("setting innodb_lock_wait_timeout: %w", err)
+	} else {
+		err = s.execInsert(ctx, tx, rec, joined)
+	}
+	// Restore the session's value whatever happened, so that the connection goes back
+	// to the pool as it came. A transaction the store began is still open here, even
+	// when ctx ended (see claimInNewTx); a statement the driver gave up on midway closed
+	// the connection, which then leaves the pool.
+	if _, rerr := tx.ExecContext(context.WithoutCancel(ctx), s.sql.lockRestored); rerr != nil && err == nil {
+		return fmt.Errorf("restoring innodb_lock_wait_timeout: %w", rerr)
+	}
+	return err
+}
+
+// isMariaDB reports whether the server is MariaDB, asked once.
+func (s *MySQLStore) isMariaDB(ctx context.Context, tx *sql.Tx) (bool, error) {
+	s.serverMu.Lock()
+	defer s.serverMu.Unlock()
+	if s.server == "" {
+		if err := tx.QueryRowContext(ctx, "SELECT VERSION()").Scan(&s.server); err != nil {
+			return false, err
+		}
+	}
+	return strings.Contains(s.server, "MariaDB"), nil
+}
