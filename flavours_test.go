@@ -321,8 +321,10 @@ func newSQLPostgresFlavourStore(lockTimeout time.Duration) func(t *testing.T, db
 	}
 }
 
-func sqlPostgresFlavour() storeFlavour     { return sqlPostgresLikeFlavour("sqlpostgres", pooled) }
-func sqlPostgresConnFlavour() storeFlavour { return sqlPostgresLikeFlavour("sqlpostgres-conn", oneSQLConn) }
+func sqlPostgresFlavour() storeFlavour { return sqlPostgresLikeFlavour("sqlpostgres", pooled) }
+func sqlPostgresConnFlavour() storeFlavour {
+	return sqlPostgresLikeFlavour("sqlpostgres-conn", oneSQLConn)
+}
 
 func sqlPostgresLikeFlavour(name string, handle handleKind) storeFlavour {
 	return storeFlavour{

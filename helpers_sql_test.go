@@ -162,4 +162,3 @@ func (l sqlLedger) balance(t testing.TB) (total, credits int) {
 	require.NoError(t, err)
 	return total, credits
 }
-

@@ -66,4 +66,3 @@ func TestJoinedMaxAttempts_PoolOfOneFailsClearly(t *testing.T) {
 		})
 	}
 }
-
