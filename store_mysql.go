@@ -67,9 +67,10 @@ type MySQLStore struct {
 	prepareMu  sync.Mutex
 	insertStmt atomic.Pointer[sql.Stmt] // nil until prepared
 
-	// server is what VERSION() said, read once when LockTimeout needs it.
+	// server is what the server said of itself, asked once, when LockTimeout or
+	// output needs it.
 	serverMu sync.Mutex
-	server   string
+	server   *mysqlServer
 }
 
 var _ Store = (*MySQLStore)(nil)
@@ -95,7 +96,6 @@ const (
 	mysqlRollbackOnCommit = 3101 // ER_TRANSACTION_ROLLBACK_DURING_COMMIT: a Group Replication conflict
 	mysqlNoSuchTable      = 1146 // ER_NO_SUCH_TABLE
 	mysqlBadField         = 1054 // ER_BAD_FIELD_ERROR
-	mysqlPacketTooLarge   = 1153 // ER_NET_PACKET_TOO_LARGE
 	mysqlSerializationSQL = "40001"
 )
 

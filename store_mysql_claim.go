@@ -42,16 +42,24 @@ func (s *MySQLStore) claim(ctx context.Context, tx *sql.Tx, rec Record, joined b
 	return readStoredSQL(ctx, tx, s.sql.stored, rec, s.wrap)
 }
 
-// setOutput returns the func that stores the output with rec's key. An output over the
-// packet limit (the driver's maxAllowedPacket or the server's max_allowed_packet) is
-// reported as ErrOutputTooLarge.
+// setOutput returns the func that stores the output with rec's key. An output the
+// server's max_allowed_packet cannot carry is refused before it is sent (MariaDB closes
+// the connection on such a packet), and one the driver refuses (maxAllowedPacket in
+// the DSN) too: both as ErrOutputTooLarge.
 func (s *MySQLStore) setOutput(rec Record) func(ctx context.Context, tx *sql.Tx, output []byte) error {
 	return func(ctx context.Context, tx *sql.Tx, output []byte) error {
-		_, err := tx.ExecContext(ctx, s.sql.setOutput, output, rec.Consumer, rec.Key)
-		var myErr *mysql.MySQLError
-		if errors.Is(err, mysql.ErrPktTooLarge) || errors.As(err, &myErr) && myErr.Number == mysqlPacketTooLarge {
-			return fmt.Errorf("%w: %d bytes of produced messages exceed the connection's max_allowed_packet: raise it on the server (and maxAllowedPacket in the DSN), or lower Config.MaxOutputBytes so the inbox refuses such output first: %w",
-				ErrOutputTooLarge, len(output), err)
+		server, err := s.serverInfo(ctx, tx)
+		if err != nil {
+			return fmt.Errorf("reading the server's max_allowed_packet: %w", err)
+		}
+		const overhead = 1 << 10 // the statement around the output, consumer and key
+		if need := len(output) + len(rec.Consumer) + len(rec.Key) + overhead; need > server.maxPacket {
+			return fmt.Errorf("%w: %d bytes of produced messages do not fit in the server's max_allowed_packet (%d bytes): raise it, or lower Config.MaxOutputBytes so that the inbox refuses such output first",
+				ErrOutputTooLarge, len(output), server.maxPacket)
+		}
+		_, err = tx.ExecContext(ctx, s.sql.setOutput, output, rec.Consumer, rec.Key)
+		if errors.Is(err, mysql.ErrPktTooLarge) {
+			return fmt.Errorf("%w: %d bytes of produced messages exceed maxAllowedPacket of the DSN: raise it: %w", ErrOutputTooLarge, len(output), err)
 		}
 		return err
 	}
@@ -100,11 +108,11 @@ func (s *MySQLStore) insert(ctx context.Context, tx *sql.Tx, rec Record, joined 
 	if s.cfg.LockTimeout <= 0 {
 		return s.execInsert(ctx, tx, rec, joined)
 	}
-	mariaDB, err := s.isMariaDB(ctx, tx)
+	server, err := s.serverInfo(ctx, tx)
 	if err != nil {
 		return fmt.Errorf("reading the server version: %w", err)
 	}
-	if mariaDB {
+	if server.mariaDB {
 		_, err := tx.ExecContext(ctx, s.sql.insertBounded, rec.Consumer, rec.Key, rec.Fingerprint)
 		return err
 	}
@@ -123,14 +131,23 @@ func (s *MySQLStore) insert(ctx context.Context, tx *sql.Tx, rec Record, joined 
 	return err
 }
 
-// isMariaDB reports whether the server is MariaDB, asked once.
-func (s *MySQLStore) isMariaDB(ctx context.Context, tx *sql.Tx) (bool, error) {
+// mysqlServer is what the store needs to know of the server.
+type mysqlServer struct {
+	mariaDB   bool
+	maxPacket int // max_allowed_packet
+}
+
+// serverInfo asks the server, once, what the store needs to know of it.
+func (s *MySQLStore) serverInfo(ctx context.Context, tx *sql.Tx) (mysqlServer, error) {
 	s.serverMu.Lock()
 	defer s.serverMu.Unlock()
-	if s.server == "" {
-		if err := tx.QueryRowContext(ctx, "SELECT VERSION()").Scan(&s.server); err != nil {
-			return false, err
+	if s.server == nil {
+		var version string
+		var packet int
+		if err := tx.QueryRowContext(ctx, "SELECT VERSION(), @@max_allowed_packet").Scan(&version, &packet); err != nil {
+			return mysqlServer{}, err
 		}
+		s.server = &mysqlServer{mariaDB: strings.Contains(version, "MariaDB"), maxPacket: packet}
 	}
-	return strings.Contains(s.server, "MariaDB"), nil
+	return *s.server, nil
 }

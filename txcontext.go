@@ -55,7 +55,7 @@ func RequireTx[T any](ctx context.Context) (T, error) {
 	if held == nil {
 		return zero, fmt.Errorf("inbox: %w: asked for a %s, but the context holds no inbox transaction: run the handler behind the inbox middleware (or Process) and use the context it gets", ErrNoTx, want)
 	}
-	return zero, fmt.Errorf("inbox: %w: asked for a %s, but the context holds a %T: use inbox.TxFromContext[%s], or a store whose transactions are %s", ErrNoTx, want, held, txTypeName(held), want)
+	return zero, fmt.Errorf("inbox: %w: asked for a %s, but the context holds a %s: use inbox.TxFromContext[%s], or a store whose transactions are %s", ErrNoTx, want, txTypeName(held), txTypeName(held), want)
 }
 
 // txTypeName names the handle type a handler should ask for: the interface pgx.Tx for
