@@ -15,8 +15,9 @@ import (
 )
 
 // Metadata the middleware sets on a consumed message that turned out to be a duplicate, so
-// that outer middlewares and the handler's caller can tell. Stale values (a Kafka
-// in-process resend copies the metadata of the failed attempt) are cleared on entry.
+// that outer middlewares and the handler's caller can tell (MetadataOutcome says which
+// kind). Stale values (a Kafka in-process resend copies the metadata of the failed
+// attempt) are cleared on entry.
 const (
 	MetadataDuplicate = "inbox_duplicate"
 	MetadataMismatch  = "inbox_fingerprint_mismatch"
@@ -198,16 +199,18 @@ func (ib *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		delete(msg.Metadata, MetadataDuplicate)
 		delete(msg.Metadata, MetadataMismatch)
+		delete(msg.Metadata, MetadataOutcome)
 
 		rec, err := ib.record(msg)
 		if err != nil {
-			ib.observe(rec.Consumer, OutcomeNoKey, 0)
-			return nil, fmt.Errorf("inbox: message %s: %w", msg.UUID, err)
+			err = fmt.Errorf("inbox: message %s: %w", msg.UUID, err)
+			ib.observe(msg.Context(), rec, msg, OutcomeNoKey, 0, err)
+			return nil, err
 		}
 
 		ctx := msg.Context()
 		var produced []*message.Message
-		claim, wait, err := ib.process(ctx, rec, func(txCtx context.Context) ([]byte, error) {
+		claim, wait, err := ib.process(ctx, rec, msg, func(txCtx context.Context) ([]byte, error) {
 			msg.SetContext(txCtx)
 			defer msg.SetContext(ctx)
 			var err error
@@ -239,12 +242,12 @@ func (ib *Inbox) Process(ctx context.Context, consumer, key string, fn func(ctx 
 		return false, fmt.Errorf("inbox: consumer %q: %w: the key is empty", consumer, ErrNoKey)
 	}
 	rec := Record{Consumer: consumer, Key: storableKey(key)}
-	claim, wait, err := ib.process(ctx, rec, func(ctx context.Context) ([]byte, error) {
+	claim, wait, err := ib.process(ctx, rec, nil, func(ctx context.Context) ([]byte, error) {
 		return nil, fn(ctx)
 	})
 	if claim.Duplicate {
 		ib.cfg.Logger.Debug("inbox: duplicate skipped", watermill.LogFields{"consumer": consumer, "key": rec.Key})
-		ib.observe(consumer, OutcomeDuplicate, wait)
+		ib.observe(ctx, rec, nil, OutcomeDuplicate, wait, nil)
 	}
 	return claim.Duplicate, err
 }
@@ -274,13 +277,13 @@ func (ib *Inbox) record(msg *message.Message) (Record, error) {
 
 // process claims rec's key and, when it is new, runs fn in the claimed transaction and
 // commits what fn returns as the stored output. It returns how long the claim took, and
-// fn's error unchanged.
-func (ib *Inbox) process(ctx context.Context, rec Record, fn func(ctx context.Context) ([]byte, error)) (Claim, time.Duration, error) {
+// fn's error unchanged. msg, nil for Process, is the message observations concern.
+func (ib *Inbox) process(ctx context.Context, rec Record, msg *message.Message, fn func(ctx context.Context) ([]byte, error)) (Claim, time.Duration, error) {
 	unfinished := 0
 	if ib.cfg.MaxAttempts > 0 {
 		var err error
 		if unfinished, err = ib.cfg.Store.StartAttempt(ctx, rec.Consumer, rec.Key); err != nil {
-			return Claim{}, 0, ib.fail(rec, OutcomeFailed, err)
+			return Claim{}, 0, ib.fail(ctx, rec, msg, OutcomeFailed, 0, err)
 		}
 	}
 
@@ -295,9 +298,9 @@ func (ib *Inbox) process(ctx context.Context, rec Record, fn func(ctx context.Co
 	wait := time.Since(start)
 	switch {
 	case errors.Is(err, ErrContended):
-		return Claim{}, wait, errors.Join(ib.fail(rec, OutcomeContended, err), ib.endAttempt(ctx, rec))
+		return Claim{}, wait, errors.Join(ib.fail(ctx, rec, msg, OutcomeContended, wait, err), ib.endAttempt(ctx, rec))
 	case err != nil:
-		return Claim{}, wait, errors.Join(ib.fail(rec, OutcomeFailed, err), ib.endAttempt(ctx, rec))
+		return Claim{}, wait, errors.Join(ib.fail(ctx, rec, msg, OutcomeFailed, wait, err), ib.endAttempt(ctx, rec))
 	case claim.Duplicate:
 		return claim, wait, nil
 	}
@@ -305,20 +308,20 @@ func (ib *Inbox) process(ctx context.Context, rec Record, fn func(ctx context.Co
 	tx := claim.Tx
 	if ib.cfg.MaxAttempts > 0 && unfinished >= ib.cfg.MaxAttempts {
 		err := fmt.Errorf("%w: %d attempts started and never finished", ErrTooManyAttempts, unfinished)
-		return Claim{}, wait, errors.Join(ib.fail(rec, OutcomeTooManyAttempts, err), tx.Rollback(ctx), ib.endAttempt(ctx, rec))
+		return Claim{}, wait, errors.Join(ib.fail(ctx, rec, msg, OutcomeTooManyAttempts, wait, err), tx.Rollback(ctx), ib.endAttempt(ctx, rec))
 	}
 
 	ended := false
 	defer func() {
 		if !ended { // fn panicked: roll back and let the panic go on
 			_ = tx.Rollback(ctx)
-			ib.observe(rec.Consumer, OutcomeFailed, wait)
+			ib.observe(ctx, rec, msg, OutcomeFailed, wait, errHandlerPanicked)
 		}
 	}()
 	output, err := fn(ContextWithTx(ctx, tx.Handle()))
 	ended = true
 	if err != nil {
-		ib.observe(rec.Consumer, OutcomeFailed, wait)
+		ib.observe(ctx, rec, msg, OutcomeFailed, wait, err)
 		rollbackErr := tx.Rollback(ctx)
 		endErr := ib.endAttempt(ctx, rec)
 		if rollbackErr != nil || endErr != nil {
@@ -327,9 +330,9 @@ func (ib *Inbox) process(ctx context.Context, rec Record, fn func(ctx context.Co
 		return Claim{}, wait, err
 	}
 	if err := tx.Commit(ctx, output); err != nil {
-		return Claim{}, wait, errors.Join(ib.fail(rec, OutcomeFailed, err), tx.Rollback(ctx), ib.endAttempt(ctx, rec))
+		return Claim{}, wait, errors.Join(ib.fail(ctx, rec, msg, OutcomeFailed, wait, err), tx.Rollback(ctx), ib.endAttempt(ctx, rec))
 	}
-	ib.observe(rec.Consumer, OutcomeProcessed, wait)
+	ib.observe(ctx, rec, msg, OutcomeProcessed, wait, nil)
 	return claim, wait, nil
 }
 
@@ -343,10 +346,12 @@ func (ib *Inbox) endAttempt(ctx context.Context, rec Record) error {
 	return ib.cfg.Store.EndAttempt(context.WithoutCancel(ctx), rec.Consumer, rec.Key)
 }
 
-// fail counts an inbox failure and wraps err with the record it concerns.
-func (ib *Inbox) fail(rec Record, outcome Outcome, err error) error {
-	ib.observe(rec.Consumer, outcome, 0)
-	return fmt.Errorf("inbox: consumer %q key %q: %w", rec.Consumer, rec.Key, err)
+// fail wraps err with the record it concerns and reports the failure with the claim's
+// wait (zero when no claim was tried).
+func (ib *Inbox) fail(ctx context.Context, rec Record, msg *message.Message, outcome Outcome, claimWait time.Duration, err error) error {
+	err = fmt.Errorf("inbox: consumer %q key %q: %w", rec.Consumer, rec.Key, err)
+	ib.observe(ctx, rec, msg, outcome, claimWait, err)
+	return err
 }
 
 // duplicate marks msg as a duplicate and acts per the configured mode.
@@ -368,22 +373,24 @@ func (ib *Inbox) duplicate(msg *message.Message, rec Record, claim Claim, wait t
 
 	switch mode {
 	case Fail:
-		ib.observe(rec.Consumer, outcome, wait)
+		ib.observe(msg.Context(), rec, msg, outcome, wait, nil)
 		ib.cfg.Logger.Debug("inbox: duplicate refused", fields)
 		return nil, fmt.Errorf("inbox: message %s: consumer %q key %q: %w", msg.UUID, rec.Consumer, rec.Key, cause)
 	case Skip:
-		ib.observe(rec.Consumer, outcome, wait)
+		ib.observe(msg.Context(), rec, msg, outcome, wait, nil)
 		ib.cfg.Logger.Debug("inbox: duplicate skipped", fields)
 		return nil, nil
 	}
 	replay, err := decodeOutput(claim.Output)
 	if err != nil {
-		return nil, fmt.Errorf("inbox: message %s: %w", msg.UUID, err)
+		err = fmt.Errorf("inbox: message %s: %w", msg.UUID, err)
+		ib.observe(msg.Context(), rec, msg, OutcomeFailed, wait, err)
+		return nil, err
 	}
 	if len(replay) > 0 && outcome == OutcomeDuplicate {
 		outcome = OutcomeReplayed
 	}
-	ib.observe(rec.Consumer, outcome, wait)
+	ib.observe(msg.Context(), rec, msg, outcome, wait, nil)
 	ib.cfg.Logger.Debug("inbox: duplicate skipped", fields.Add(watermill.LogFields{"replayed": len(replay)}))
 	return replay, nil
 }
