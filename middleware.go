@@ -101,7 +101,8 @@ type Config struct {
 	// to 0, off.
 	MaxAttempts int
 
-	// Observer receives one call per message, e.g. an inboxprom.Observer. Defaults to none.
+	// Observer receives one call per message, e.g. an inboxprom.Observer or an
+	// inboxotel.Observer. Defaults to none.
 	Observer Observer
 
 	// Logger logs duplicates (debug), replays (debug) and mismatches (error) with the
@@ -200,6 +201,7 @@ func (ib *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		delete(msg.Metadata, MetadataDuplicate)
 		delete(msg.Metadata, MetadataMismatch)
 		delete(msg.Metadata, MetadataOutcome)
+		delete(msg.Metadata, MetadataClaimWait)
 
 		rec, err := ib.record(msg)
 		if err != nil {

@@ -23,13 +23,19 @@ const (
 	OutcomeTooManyAttempts Outcome = "too_many_attempts" // refused after MaxAttempts unfinished starts; nacked
 )
 
-// MetadataOutcome is the metadata key under which the middleware sets a consumed message's
-// Outcome (processed, duplicate, replayed, mismatch, or one of the failures), so that
-// outer middlewares, loggers and the poison queue can tell a replayed duplicate from a
-// skipped one without an Observer. Like MetadataDuplicate and MetadataMismatch, a stale
-// value (a Kafka in-process resend copies the metadata of the failed attempt) is cleared
-// on entry, and the value is the same Outcome the Observer sees.
-const MetadataOutcome = "inbox_outcome"
+// Metadata the middleware sets on every message it handles, with what the Observer sees,
+// so that outer middlewares, loggers and the poison queue can tell a replayed duplicate
+// from a skipped one, or a slow claim, without an Observer. Like MetadataDuplicate and
+// MetadataMismatch, stale values (a Kafka in-process resend copies the metadata of the
+// failed attempt; Watermill's Retry runs the same message again) are cleared on entry.
+const (
+	// MetadataOutcome holds the Outcome: processed, duplicate, replayed, mismatch, or one
+	// of the failures.
+	MetadataOutcome = "inbox_outcome"
+	// MetadataClaimWait holds Observation.ClaimWait as a Go duration (time.ParseDuration
+	// reads it, e.g. "1.52ms"); it is absent when no claim was tried.
+	MetadataClaimWait = "inbox_claim_wait"
+)
 
 // Observation is what the inbox reports about one message it handled.
 type Observation struct {
@@ -91,6 +97,9 @@ func (ib *Inbox) observe(ctx context.Context, rec Record, msg *message.Message, 
 			msg.Metadata = message.Metadata{}
 		}
 		msg.Metadata.Set(MetadataOutcome, string(outcome))
+		if claimWait > 0 {
+			msg.Metadata.Set(MetadataClaimWait, claimWait.String())
+		}
 	}
 	ib.cfg.Observer.Observe(ctx, o)
 }

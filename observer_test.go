@@ -67,7 +67,7 @@ func TestObserver_GetsTheMessageContextAndRecord(t *testing.T) {
 	producing := ib.Middleware(crediting(l, &calls, receipt))
 	var staleSeen atomic.Int32
 	plain := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
-		if msg.Metadata.Get(inbox.MetadataOutcome) != "" {
+		if msg.Metadata.Get(inbox.MetadataOutcome) != "" || msg.Metadata.Get(inbox.MetadataClaimWait) != "" {
 			staleSeen.Add(1) // the handler must not see the outcome of an earlier attempt
 		}
 		return crediting(l, &calls)(msg)
@@ -93,6 +93,7 @@ func TestObserver_GetsTheMessageContextAndRecord(t *testing.T) {
 		// A copy of an earlier attempt's message (Kafka's in-process resend) carries
 		// its marks: they are cleared on entry.
 		s.msg.Metadata.Set(inbox.MetadataOutcome, "stale")
+		s.msg.Metadata.Set(inbox.MetadataClaimWait, "1h")
 		s.msg.Metadata.Set(inbox.MetadataDuplicate, "true")
 		_, err := s.h(s.msg)
 		require.ErrorIs(t, err, s.wantErr, s.name)
@@ -111,6 +112,9 @@ func TestObserver_GetsTheMessageContextAndRecord(t *testing.T) {
 			require.NoError(t, got.o.Err, s.name)
 		}
 		require.Equal(t, string(s.want), s.msg.Metadata.Get(inbox.MetadataOutcome), "%s: the outcome in the metadata", s.name)
+		wait, err := time.ParseDuration(s.msg.Metadata.Get(inbox.MetadataClaimWait))
+		require.NoError(t, err, s.name)
+		require.Equal(t, got.o.ClaimWait, wait, "%s: the claim wait in the metadata", s.name)
 		isDup := s.want == inbox.OutcomeDuplicate || s.want == inbox.OutcomeReplayed || s.want == inbox.OutcomeMismatch
 		require.Equal(t, isDup, s.msg.Metadata.Get(inbox.MetadataDuplicate) == "true", "%s: the duplicate mark", s.name)
 		require.Equal(t, s.want == inbox.OutcomeMismatch, s.msg.Metadata.Get(inbox.MetadataMismatch) == "true", "%s: the mismatch mark", s.name)
@@ -165,6 +169,7 @@ func TestObserver_NoKeyMakesNoClaim(t *testing.T) {
 	require.Empty(t, got.o.Key)
 	require.ErrorIs(t, got.o.Err, inbox.ErrNoKey)
 	require.Equal(t, string(inbox.OutcomeNoKey), msg.Metadata.Get(inbox.MetadataOutcome))
+	require.NotContains(t, msg.Metadata, inbox.MetadataClaimWait, "no claim, no wait")
 }
 
 // Every failure after a claim was tried reports that claim's real time, not zero.
