@@ -75,6 +75,7 @@ var errHandlerPanicked = errors.New("the handler panicked; the transaction was r
 // inboxprom and inboxotel packages adapt it to Prometheus and OpenTelemetry; without an
 // Observer the inbox records nothing.
 type Observer interface {
+	// Observe reports what the inbox did with one message.
 	Observe(ctx context.Context, o Observation)
 }
 
