@@ -70,8 +70,10 @@ var errHandlerPanicked = errors.New("the handler panicked; the transaction was r
 
 // Observer receives one Observation per message the inbox handles, from the goroutine
 // that handles it; it must be safe for concurrent use and quick. ctx is the message's
-// context (for Inbox.Process, the ctx passed to it), without the inbox transaction, so
-// an observer can annotate the span it carries or attach a metric to its trace. The
+// context as the middleware got it (for Inbox.Process, the ctx passed to it), not the
+// handler's: it holds no transaction of the inbox's own (only a joined one it came in
+// with), so an observer can annotate the span it carries or attach a metric to its
+// trace, but must not write through it. The
 // inboxprom and inboxotel packages adapt it to Prometheus and OpenTelemetry; without an
 // Observer the inbox records nothing.
 type Observer interface {
