@@ -10,6 +10,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
@@ -365,4 +366,43 @@ func TestNew_ReturnsInstrumentErrors(t *testing.T) {
 	require.ErrorContains(t, err, "inboxotel: creating the instruments")
 	require.ErrorContains(t, err, "counter refused")
 	require.ErrorContains(t, err, "histogram refused")
+}
+
+// A tracing middleware outside Retry: one span for every attempt, one event per attempt,
+// the last outcome in the attributes. (The failed attempt's codes.Error stays: an OTel
+// status cannot go back to Unset, which is why the docs put tracing inside Retry.)
+func TestObserver_RetriesInOneSpan(t *testing.T) {
+	t.Parallel()
+	b := setup(t, inboxotel.Config{})
+	ib, err := inbox.New(inbox.Config{
+		Store:    brokertest.Store(t, brokertest.PgPool(t), brokertest.Name("inboxotel"), true),
+		Consumer: "billing",
+		Observer: b.obs,
+	})
+	require.NoError(t, err)
+	calls := 0
+	h := b.tracing(middleware.Retry{MaxRetries: 2}.Middleware(ib.Middleware(func(*message.Message) ([]*message.Message, error) {
+		if calls++; calls == 1 {
+			return nil, errors.New("provider timed out")
+		}
+		return nil, nil
+	})))
+	msg := message.NewMessage("order-1", nil)
+	_, err = h(msg)
+	require.NoError(t, err)
+	require.Equal(t, string(inbox.OutcomeProcessed), msg.Metadata.Get(inbox.MetadataOutcome), "the retry cleared the failed attempt's outcome")
+
+	spans := b.spans.Ended()
+	require.Len(t, spans, 1)
+	var outcomes []string
+	for _, e := range spans[0].Events() {
+		require.Equal(t, inboxotel.EventName, e.Name)
+		for _, kv := range e.Attributes {
+			if kv.Key == inboxotel.AttrOutcome {
+				outcomes = append(outcomes, kv.Value.AsString())
+			}
+		}
+	}
+	require.Equal(t, []string{"failed", "processed"}, outcomes)
+	require.Equal(t, "processed", attrs(spans[0])[inboxotel.AttrOutcome].AsString())
 }
