@@ -15,8 +15,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/metric/noop"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata/metricdatatest"
@@ -343,29 +341,6 @@ func TestObserver_NoKey(t *testing.T) {
 	got := b.metrics(t)
 	require.NotContains(t, got, inboxotel.ClaimDurationMetric, "no claim, no sample")
 	require.Equal(t, int64(1), got[inboxotel.MessagesMetric].Data.(metricdata.Sum[int64]).DataPoints[0].Value)
-}
-
-// failingMeter is a meter that cannot create instruments.
-type failingMeter struct{ noop.Meter }
-
-func (failingMeter) Int64Counter(string, ...metric.Int64CounterOption) (metric.Int64Counter, error) {
-	return nil, errors.New("counter refused")
-}
-
-func (failingMeter) Float64Histogram(string, ...metric.Float64HistogramOption) (metric.Float64Histogram, error) {
-	return nil, errors.New("histogram refused")
-}
-
-type failingProvider struct{ noop.MeterProvider }
-
-func (failingProvider) Meter(string, ...metric.MeterOption) metric.Meter { return failingMeter{} }
-
-func TestNew_ReturnsInstrumentErrors(t *testing.T) {
-	t.Parallel()
-	_, err := inboxotel.New(inboxotel.Config{MeterProvider: failingProvider{}})
-	require.ErrorContains(t, err, "inboxotel: creating the instruments")
-	require.ErrorContains(t, err, "counter refused")
-	require.ErrorContains(t, err, "histogram refused")
 }
 
 // A tracing middleware outside Retry: one span for every attempt, one event per attempt,
