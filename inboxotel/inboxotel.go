@@ -59,7 +59,8 @@ var ClaimDurationBuckets = []float64{
 // puts nothing personal on spans.
 type Config struct {
 	// MeterProvider provides the meter (scope ScopeName) of the Observer's instruments.
-	// Defaults to otel.GetMeterProvider(), the global one, read once by New.
+	// Defaults to otel.GetMeterProvider(), the global one, whose instruments forward to
+	// the provider set later with otel.SetMeterProvider.
 	MeterProvider metric.MeterProvider
 
 	// RecordKey sets AttrKey, the key as stored, on the span. Keys can carry personal
