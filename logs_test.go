@@ -7,7 +7,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -74,10 +73,10 @@ type recordingObserver struct {
 	outcomes []inbox.Outcome
 }
 
-func (o *recordingObserver) Observe(_ string, outcome inbox.Outcome, _ time.Duration) {
+func (o *recordingObserver) Observe(_ context.Context, ob inbox.Observation) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.outcomes = append(o.outcomes, outcome)
+	o.outcomes = append(o.outcomes, ob.Outcome)
 }
 
 func (o *recordingObserver) all() []inbox.Outcome {

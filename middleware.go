@@ -15,8 +15,9 @@ import (
 )
 
 // Metadata the middleware sets on a consumed message that turned out to be a duplicate, so
-// that outer middlewares and the handler's caller can tell. Stale values (a Kafka
-// in-process resend copies the metadata of the failed attempt) are cleared on entry.
+// that outer middlewares and the handler's caller can tell (MetadataOutcome says which
+// kind). Stale values (a Kafka in-process resend copies the metadata of the failed
+// attempt) are cleared on entry.
 const (
 	MetadataDuplicate = "inbox_duplicate"
 	MetadataMismatch  = "inbox_fingerprint_mismatch"
@@ -117,7 +118,8 @@ type Config struct {
 	// of the supported databases (MariaDB's max_allowed_packet, 16 MiB).
 	MaxOutputBytes int
 
-	// Observer receives one call per message, e.g. an inboxprom.Observer. Defaults to none.
+	// Observer receives one call per message, e.g. an inboxprom.Observer or an
+	// inboxotel.Observer. Defaults to none.
 	Observer Observer
 
 	// Logger logs duplicates (debug), replays (debug) and mismatches (error) with the
@@ -228,16 +230,19 @@ func (ib *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		delete(msg.Metadata, MetadataDuplicate)
 		delete(msg.Metadata, MetadataMismatch)
+		delete(msg.Metadata, MetadataOutcome)
+		delete(msg.Metadata, MetadataClaimWait)
 
 		rec, err := ib.record(msg)
 		if err != nil {
-			ib.observe(rec.Consumer, OutcomeNoKey, 0)
-			return nil, fmt.Errorf("inbox: message %s: %w", msg.UUID, err)
+			err = wrap("message "+msg.UUID, err)
+			ib.observe(msg.Context(), rec, msg, OutcomeNoKey, 0, err)
+			return nil, err
 		}
 
 		ctx := msg.Context()
 		var produced []*message.Message
-		claim, wait, err := ib.process(ctx, rec, func(txCtx context.Context) ([]byte, error) {
+		claim, wait, err := ib.process(ctx, rec, msg, func(txCtx context.Context) ([]byte, error) {
 			msg.SetContext(txCtx)
 			defer msg.SetContext(ctx)
 			var err error
@@ -269,12 +274,12 @@ func (ib *Inbox) Process(ctx context.Context, consumer, key string, fn func(ctx 
 		return false, fmt.Errorf("inbox: consumer %q: %w: the key is empty", consumer, ErrNoKey)
 	}
 	rec := Record{Consumer: consumer, Key: storableKey(key)}
-	claim, wait, err := ib.process(ctx, rec, func(ctx context.Context) ([]byte, error) {
+	claim, wait, err := ib.process(ctx, rec, nil, func(ctx context.Context) ([]byte, error) {
 		return nil, fn(ctx)
 	})
 	if claim.Duplicate {
 		ib.cfg.Logger.Debug("inbox: duplicate skipped", watermill.LogFields{"consumer": consumer, "key": rec.Key})
-		ib.observe(consumer, OutcomeDuplicate, wait)
+		ib.observe(ctx, rec, nil, OutcomeDuplicate, wait, nil)
 	}
 	return claim.Duplicate, err
 }
@@ -304,14 +309,14 @@ func (ib *Inbox) record(msg *message.Message) (Record, error) {
 
 // process claims rec's key and, when it is new, runs fn in the claimed transaction and
 // commits what fn returns as the stored output. It returns how long the claim took, and
-// fn's error unchanged.
-func (ib *Inbox) process(ctx context.Context, rec Record, fn func(ctx context.Context) ([]byte, error)) (Claim, time.Duration, error) {
+// fn's error unchanged. msg, nil for Process, is the message observations concern.
+func (ib *Inbox) process(ctx context.Context, rec Record, msg *message.Message, fn func(ctx context.Context) ([]byte, error)) (Claim, time.Duration, error) {
 	joined := txFromContext(ctx)
 	unfinished := 0
 	if ib.cfg.MaxAttempts > 0 {
 		var err error
 		if unfinished, err = ib.cfg.Store.StartAttempt(ctx, rec.Consumer, rec.Key); err != nil {
-			return Claim{}, 0, ib.fail(ctx, rec, OutcomeFailed, err)
+			return Claim{}, 0, ib.fail(ctx, rec, msg, OutcomeFailed, 0, err)
 		}
 	}
 
@@ -326,9 +331,9 @@ func (ib *Inbox) process(ctx context.Context, rec Record, fn func(ctx context.Co
 	wait := time.Since(start)
 	switch {
 	case errors.Is(err, ErrContended):
-		return Claim{}, wait, join(ib.fail(ctx, rec, OutcomeContended, err), ib.endAttempt(ctx, rec))
+		return Claim{}, wait, join(ib.fail(ctx, rec, msg, OutcomeContended, wait, err), ib.endAttempt(ctx, rec))
 	case err != nil:
-		return Claim{}, wait, join(ib.fail(ctx, rec, OutcomeFailed, err), ib.endAttempt(ctx, rec))
+		return Claim{}, wait, join(ib.fail(ctx, rec, msg, OutcomeFailed, wait, err), ib.endAttempt(ctx, rec))
 	case claim.Duplicate:
 		return claim, wait, nil
 	}
@@ -336,25 +341,25 @@ func (ib *Inbox) process(ctx context.Context, rec Record, fn func(ctx context.Co
 	tx := claim.Tx
 	if ib.cfg.MaxAttempts > 0 && unfinished >= ib.cfg.MaxAttempts {
 		err := fmt.Errorf("%w: %d attempts started and never finished", ErrTooManyAttempts, unfinished)
-		return Claim{}, wait, join(ib.fail(ctx, rec, OutcomeTooManyAttempts, err), tx.Rollback(ctx), ib.endAttempt(ctx, rec))
+		return Claim{}, wait, join(ib.fail(ctx, rec, msg, OutcomeTooManyAttempts, wait, err), tx.Rollback(ctx), ib.endAttempt(ctx, rec))
 	}
 
 	ended := false
 	defer func() {
 		if !ended { // fn panicked: roll back and let the panic go on
 			_ = tx.Rollback(ctx)
-			ib.observe(rec.Consumer, OutcomeFailed, wait)
+			ib.observe(ctx, rec, msg, OutcomeFailed, wait, errHandlerPanicked)
 		}
 	}()
 	output, err := fn(ContextWithTx(ctx, tx.Handle()))
 	ended = true
 	if err == nil && len(output) > ib.cfg.MaxOutputBytes {
-		err = ib.fail(ctx, rec, OutcomeFailed, fmt.Errorf("%w: the handler produced %d bytes of messages, more than Config.MaxOutputBytes (%d): produce fewer or smaller messages (or publish them through the outbox), or raise the limit",
+		err = ib.fail(ctx, rec, msg, OutcomeFailed, wait, fmt.Errorf("%w: the handler produced %d bytes of messages, more than Config.MaxOutputBytes (%d): produce fewer or smaller messages (or publish them through the outbox), or raise the limit",
 			ErrOutputTooLarge, len(output), ib.cfg.MaxOutputBytes))
 		return Claim{}, wait, join(err, tx.Rollback(ctx), ib.endAttempt(ctx, rec))
 	}
 	if err != nil {
-		ib.observe(rec.Consumer, OutcomeFailed, wait)
+		ib.observe(ctx, rec, msg, OutcomeFailed, wait, err)
 		rollbackErr := tx.Rollback(ctx)
 		endErr := ib.endAttempt(ctx, rec)
 		if rollbackErr != nil || endErr != nil {
@@ -363,17 +368,17 @@ func (ib *Inbox) process(ctx context.Context, rec Record, fn func(ctx context.Co
 		return Claim{}, wait, err
 	}
 	if ctx.Err() != nil { // no commit on a dead context: pgx would close the connection
-		return Claim{}, wait, join(ib.fail(ctx, rec, OutcomeFailed, context.Cause(ctx)), tx.Rollback(ctx), ib.endAttempt(ctx, rec))
+		return Claim{}, wait, join(ib.fail(ctx, rec, msg, OutcomeFailed, wait, context.Cause(ctx)), tx.Rollback(ctx), ib.endAttempt(ctx, rec))
 	}
 	if err := tx.Commit(ctx, output); err != nil {
-		return Claim{}, wait, join(ib.fail(ctx, rec, OutcomeFailed, err), tx.Rollback(ctx), ib.endAttempt(ctx, rec))
+		return Claim{}, wait, join(ib.fail(ctx, rec, msg, OutcomeFailed, wait, err), tx.Rollback(ctx), ib.endAttempt(ctx, rec))
 	}
 	if joined != nil { // the owner commits: the inbox's part of the attempt ended cleanly
 		if err := ib.endAttempt(ctx, rec); err != nil {
 			ib.cfg.Logger.Error("inbox: could not end the attempt of a joined transaction", err, watermill.LogFields{"consumer": rec.Consumer, "key": rec.Key})
 		}
 	}
-	ib.observe(rec.Consumer, OutcomeProcessed, wait)
+	ib.observe(ctx, rec, msg, OutcomeProcessed, wait, nil)
 	return claim, wait, nil
 }
 
@@ -387,11 +392,11 @@ func (ib *Inbox) endAttempt(ctx context.Context, rec Record) error {
 	return ib.cfg.Store.EndAttempt(context.WithoutCancel(ctx), rec.Consumer, rec.Key)
 }
 
-// fail counts an inbox failure and wraps err with the record it concerns. When the
-// message context ended, that is what the error says first: it is why the database
-// call failed, and only a longer deadline makes the next delivery succeed.
-func (ib *Inbox) fail(ctx context.Context, rec Record, outcome Outcome, err error) error {
-	ib.observe(rec.Consumer, outcome, 0)
+// fail wraps err with the record it concerns and reports the failure with the claim's
+// wait (zero when no claim was tried). When the message context ended, that is what the
+// error says first: it is why the database call failed, and only a longer deadline
+// makes the next delivery succeed.
+func (ib *Inbox) fail(ctx context.Context, rec Record, msg *message.Message, outcome Outcome, claimWait time.Duration, err error) error {
 	what := fmt.Sprintf("consumer %q key %q", rec.Consumer, rec.Key)
 	if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
 		err = join(err, ctxErr)
@@ -401,7 +406,9 @@ func (ib *Inbox) fail(ctx context.Context, rec Record, outcome Outcome, err erro
 			" (processed then, or skipped if its commit went through); if a deadline ended it (watermill-nats AckWaitTimeout,"+
 			" a Timeout middleware, a shutdown), give the handler more time than it takes", ctxErr)
 	}
-	return wrap(what, err)
+	err = wrap(what, err)
+	ib.observe(ctx, rec, msg, outcome, claimWait, err)
+	return err
 }
 
 // duplicate marks msg as a duplicate and acts per the configured mode.
@@ -423,22 +430,24 @@ func (ib *Inbox) duplicate(msg *message.Message, rec Record, claim Claim, wait t
 
 	switch mode {
 	case Fail:
-		ib.observe(rec.Consumer, outcome, wait)
+		ib.observe(msg.Context(), rec, msg, outcome, wait, nil)
 		ib.cfg.Logger.Debug("inbox: duplicate refused", fields)
 		return nil, fmt.Errorf("inbox: message %s: consumer %q key %q: %w", msg.UUID, rec.Consumer, rec.Key, cause)
 	case Skip:
-		ib.observe(rec.Consumer, outcome, wait)
+		ib.observe(msg.Context(), rec, msg, outcome, wait, nil)
 		ib.cfg.Logger.Debug("inbox: duplicate skipped", fields)
 		return nil, nil
 	}
 	replay, err := decodeOutput(claim.Output)
 	if err != nil {
-		return nil, wrap("message "+msg.UUID, err)
+		err = wrap("message "+msg.UUID, err)
+		ib.observe(msg.Context(), rec, msg, OutcomeFailed, wait, err)
+		return nil, err
 	}
 	if len(replay) > 0 && outcome == OutcomeDuplicate {
 		outcome = OutcomeReplayed
 	}
-	ib.observe(rec.Consumer, outcome, wait)
+	ib.observe(msg.Context(), rec, msg, outcome, wait, nil)
 	ib.cfg.Logger.Debug("inbox: duplicate skipped", fields.Add(watermill.LogFields{"replayed": len(replay)}))
 	return replay, nil
 }

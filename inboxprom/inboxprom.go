@@ -8,9 +8,9 @@
 package inboxprom
 
 import (
+	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -67,10 +67,11 @@ func New(reg prometheus.Registerer) (*Observer, error) {
 }
 
 // Observe implements inbox.Observer. A message that made no claim (no key, or a store
-// failure before the claim) is counted but adds no claim-wait sample.
-func (o *Observer) Observe(consumer string, outcome inbox.Outcome, claimWait time.Duration) {
-	o.messages.WithLabelValues(consumer, string(outcome)).Inc()
-	if claimWait > 0 {
-		o.claimWait.WithLabelValues(consumer).Observe(claimWait.Seconds())
+// failure before the claim) is counted but adds no claim-wait sample; a claim that failed
+// or was refused adds its real time. Neither the key nor the message UUID becomes a label.
+func (o *Observer) Observe(_ context.Context, ob inbox.Observation) {
+	o.messages.WithLabelValues(ob.Consumer, string(ob.Outcome)).Inc()
+	if ob.ClaimWait > 0 {
+		o.claimWait.WithLabelValues(ob.Consumer).Observe(ob.ClaimWait.Seconds())
 	}
 }

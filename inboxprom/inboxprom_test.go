@@ -78,6 +78,11 @@ func TestObserver_CountsARealInboxOutcomes(t *testing.T) {
 		return []*message.Message{message.NewMessage("out-1", []byte("receipt"))}, nil
 	})
 	fails := ib.Middleware(func(*message.Message) ([]*message.Message, error) { return nil, errors.New("boom") })
+	// A handler that ends the transaction itself makes the inbox's commit fail, after a claim.
+	commitFails := ib.Middleware(func(m *message.Message) ([]*message.Message, error) {
+		tx, _ := inbox.TxFromContext[pgx.Tx](m.Context())
+		return nil, tx.Rollback(m.Context())
+	})
 
 	steps := []struct {
 		name    string
@@ -92,6 +97,7 @@ func TestObserver_CountsARealInboxOutcomes(t *testing.T) {
 		{name: "first delivery with output", handler: produces, msg: msg("b", "x")},
 		{name: "redelivery replays the output", handler: produces, msg: msg("b", "x")},
 		{name: "handler error", handler: fails, msg: msg("c", "x"), wantErr: true},
+		{name: "commit fails", handler: commitFails, msg: msg("d", "x"), wantErr: true},
 		{name: "no key", handler: ok, msg: msg("", "x"), wantErr: true},
 	}
 	for _, s := range steps {
@@ -108,7 +114,7 @@ func TestObserver_CountsARealInboxOutcomes(t *testing.T) {
 		inbox.OutcomeDuplicate: 2,
 		inbox.OutcomeMismatch:  1,
 		inbox.OutcomeReplayed:  1,
-		inbox.OutcomeFailed:    1,
+		inbox.OutcomeFailed:    2,
 		inbox.OutcomeNoKey:     1,
 	}
 	for outcome, n := range want {
@@ -118,9 +124,10 @@ func TestObserver_CountsARealInboxOutcomes(t *testing.T) {
 	}
 	require.Equal(t, 6, testutil.CollectAndCount(reg, inboxprom.MessagesTotal), "one series per outcome seen")
 
-	// Every claim made (all but the keyless message) is one claim-wait sample.
+	// Every claim made (all but the keyless message), failed ones included, is one
+	// claim-wait sample.
 	samples, sum := histogram(t, reg, "payments")
-	require.Equal(t, uint64(7), samples)
+	require.Equal(t, uint64(8), samples)
 	require.Positive(t, sum)
 }
 

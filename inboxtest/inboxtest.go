@@ -25,13 +25,21 @@ type Result struct {
 	Err error
 	// Duplicate reports that the inbox found the key committed before.
 	Duplicate bool
+	// Outcome is what the inbox did with the delivery (inbox.MetadataOutcome): processed,
+	// duplicate, replayed, mismatch or a failure; empty if the middleware never ran.
+	Outcome inbox.Outcome
 }
 
 // Deliver delivers a copy of msg (UUID, metadata, payload and context) to h once.
 func Deliver(h message.HandlerFunc, msg *message.Message) Result {
 	m := msg.CopyWithContext()
 	produced, err := h(m)
-	return Result{Produced: produced, Err: err, Duplicate: m.Metadata.Get(inbox.MetadataDuplicate) == "true"}
+	return Result{
+		Produced:  produced,
+		Err:       err,
+		Duplicate: m.Metadata.Get(inbox.MetadataDuplicate) == "true",
+		Outcome:   inbox.Outcome(m.Metadata.Get(inbox.MetadataOutcome)),
+	}
 }
 
 // DeliverConcurrently delivers n copies of msg to h at the same time, as consumers

@@ -70,9 +70,11 @@ func run() error {
 	fmt.Println("2. postgres: tables inbox_example and example_ledger ready")
 
 	var duplicates atomic.Int32
-	ib, err := inbox.New(inbox.Config{Store: store, Observer: observerFunc(func(_ string, o inbox.Outcome, _ time.Duration) {
-		if o == inbox.OutcomeDuplicate {
+	ib, err := inbox.New(inbox.Config{Store: store, Observer: inbox.ObserverFunc(func(_ context.Context, o inbox.Observation) {
+		if o.Outcome == inbox.OutcomeDuplicate {
 			duplicates.Add(1)
+			// Duplicates never reach the handler: this is where they show.
+			fmt.Printf("5. inbox: duplicate delivery for consumer %q skipped, the handler was not called\n", o.Consumer)
 		}
 	})})
 	if err != nil {
@@ -146,17 +148,6 @@ func run() error {
 	}
 	fmt.Printf("6. ledger: %d row for message %s, %d credited: applied once\n", rows, msgUUID, total)
 	return nil
-}
-
-// observerFunc is an inbox.Observer that also prints the duplicates the inbox skipped
-// (they never reach the handler).
-type observerFunc func(consumer string, outcome inbox.Outcome, wait time.Duration)
-
-func (f observerFunc) Observe(c string, o inbox.Outcome, w time.Duration) {
-	f(c, o, w)
-	if o == inbox.OutcomeDuplicate {
-		fmt.Printf("5. inbox: duplicate delivery for consumer %q skipped, the handler was not called\n", c)
-	}
 }
 
 // kafkaBrokers returns KAFKA_BROKERS, or starts the dev broker and returns its address

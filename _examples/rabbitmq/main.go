@@ -69,13 +69,13 @@ func run() error {
 		Store: store,
 		// Watermill messages carry a UUID; other producers often set message_id.
 		Key: inbox.FirstOf(inbox.KeyFromUUID, inbox.KeyFromCloudEvents, amqpkey.MessageID),
-		Observer: observerFunc(func(consumer string, o inbox.Outcome) {
-			switch o {
+		Observer: inbox.ObserverFunc(func(_ context.Context, o inbox.Observation) {
+			switch o.Outcome {
 			case inbox.OutcomeProcessed:
 				processed.Add(1)
 			case inbox.OutcomeDuplicate:
 				duplicates.Add(1)
-				fmt.Printf("4. inbox: duplicate delivery for consumer %q skipped, the handler was not called\n", consumer)
+				fmt.Printf("4. inbox: duplicate delivery for consumer %q skipped, the handler was not called\n", o.Consumer)
 			}
 		}),
 	})
@@ -197,8 +197,3 @@ func deleteQueue(url, queue string) {
 		}
 	}
 }
-
-// observerFunc adapts a function to inbox.Observer.
-type observerFunc func(consumer string, outcome inbox.Outcome)
-
-func (f observerFunc) Observe(c string, o inbox.Outcome, _ time.Duration) { f(c, o) }

@@ -88,8 +88,8 @@ func runWorker(ctx context.Context, o options) error {
 // on a concurrent delivery's transaction shows from outside (a figure, not a check).
 type waitObserver struct{}
 
-func (waitObserver) Observe(_ string, outcome inbox.Outcome, wait time.Duration) {
-	if outcome == inbox.OutcomeDuplicate && wait >= 5*time.Millisecond {
+func (waitObserver) Observe(_ context.Context, o inbox.Observation) {
+	if o.Outcome == inbox.OutcomeDuplicate && o.ClaimWait >= 5*time.Millisecond {
 		report("waited")
 	}
 }

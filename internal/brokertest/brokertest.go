@@ -170,13 +170,13 @@ type Outcomes struct {
 }
 
 // Observe implements inbox.Observer.
-func (o *Outcomes) Observe(_ string, outcome inbox.Outcome, _ time.Duration) {
+func (o *Outcomes) Observe(_ context.Context, ob inbox.Observation) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.n == nil {
 		o.n = map[inbox.Outcome]int{}
 	}
-	o.n[outcome]++
+	o.n[ob.Outcome]++
 }
 
 // Count returns how many times outcome was observed.
