@@ -231,6 +231,9 @@ func consume(js nats.JetStreamContext, pool *pgxpool.Pool, store *inbox.Postgres
 		if err := pool.QueryRow(context.Background(), `SELECT count(*), coalesce(sum(amount), 0) FROM example_ledger WHERE message_uuid = $1`, id).Scan(&rows, &total); err != nil {
 			return err
 		}
+		if rows != 1 {
+			return fmt.Errorf("ledger: %d rows for %s", rows, id)
+		}
 		fmt.Printf("6. ledger: %d row for %s, %d credited: applied once\n", rows, id, total)
 	}
 	return nil
