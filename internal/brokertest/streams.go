@@ -88,8 +88,8 @@ func RedisURL(t testing.TB) string {
 	return url
 }
 
-// RedisClient returns a client on url, closed when the test ends unless the caller
-// hands it to a watermill-redisstream subscriber, whose Close closes it too.
+// RedisClient returns a client on url. The caller closes it, or hands it to a
+// watermill-redisstream subscriber or publisher, whose Close closes it.
 func RedisClient(t testing.TB, url string) *redis.Client {
 	t.Helper()
 	opts, err := redis.ParseURL(url)
