@@ -6,8 +6,9 @@
 // watermill-nats' NATSMarshaler reads the message UUID from the _watermill_message_uuid
 // header only and drops the Nats-Msg-Id header, the id most NATS producers set (JetStream
 // deduplicates publishes by it); it also fails on a header with more than one value, and
-// the subscriber then neither acks nor nacks the message, so JetStream redelivers it
-// after every AckWait, forever. Unmarshaler keeps what the key needs:
+// the subscriber then drops the message unhandled: with nats.ManualAck JetStream
+// redelivers it after every AckWait, forever; without, nats.go acks it and it is lost.
+// Unmarshaler keeps what the key needs:
 //
 //	sub, err := nats.NewSubscriber(nats.SubscriberConfig{..., Unmarshaler: natskey.Unmarshaler{}}, logger)
 //	ib, err := inbox.New(inbox.Config{Store: store, Key: inbox.FirstOf(inbox.KeyFromUUID, natskey.MsgID)})
