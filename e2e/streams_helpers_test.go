@@ -25,7 +25,9 @@ type natsConsumer struct {
 	AckWaitTimeout  time.Duration // watermill-nats' wait for the handler
 }
 
-// addNATSConsumer creates the stream (if missing) and the durable push consumer.
+// addNATSConsumer creates the stream (if missing) and the durable push consumer, with one
+// message at most delivered and not acked, so that the tests see deliveries in stream
+// order and nothing waits in a client's buffer while its AckWait runs.
 func addNATSConsumer(t testing.TB, url string, c natsConsumer) {
 	t.Helper()
 	js := brokertest.JetStream(t, url)
