@@ -261,6 +261,7 @@ type helperArgs struct {
 	Consumer    string
 	NATS        natsConsumer // Broker "nats": the stream and durable consumer to bind to
 	RedisURL    string       // Broker "redis": Topic is the stream, Group the consumer group
+	RedisName   string       // Broker "redis": the consumer's name in the group; "child" if empty
 }
 
 const helperEnv = "INBOX_E2E_HELPER"
@@ -418,7 +419,11 @@ func TestHelperProcess(t *testing.T) {
 	case "nats":
 		sub = natsSubscriber(t, args.NATSURL, args.NATS)
 	case "redis":
-		sub = redisSubscriber(t, args.RedisURL, args.Group, "child")
+		name := args.RedisName
+		if name == "" {
+			name = "child"
+		}
+		sub = redisSubscriber(t, args.RedisURL, args.Group, name)
 	default:
 		t.Fatalf("unknown broker %q", args.Broker)
 	}
