@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# .ci/services.sh - make sure PostgreSQL, MariaDB and RabbitMQ are installed,
-# running and answering on 127.0.0.1, with database "test" on both SQL servers.
+# .ci/services.sh - make sure PostgreSQL, MariaDB, RabbitMQ, NATS (JetStream) and
+# Redis are installed, running and answering on 127.0.0.1, with database "test" on
+# both SQL servers.
 #
 # Idempotent and cheap when everything already runs (~1-2 s). Run it or source
 # it (sourcing does not change the caller's shell options). Meant for CI as root
@@ -9,6 +10,8 @@
 #   PostgreSQL  127.0.0.1:5432  user postgres, trust auth, db test
 #   MariaDB     127.0.0.1:3306  root, empty password,     db test
 #   RabbitMQ    127.0.0.1:5672  guest/guest
+#   NATS        127.0.0.1:4222  JetStream enabled
+#   Redis       127.0.0.1:6379  no persistence
 #
 # Env: SERVICES_TIMEOUT (seconds per wait, default 120),
 #      SERVICES_LOG (start/install output, default ${TMPDIR:-/tmp}/inbox-services.log).
@@ -43,6 +46,8 @@ _inbox_services() (
 	command -v pg_ctlcluster >/dev/null 2>&1 || need+=(postgresql)
 	[[ -x /usr/sbin/mariadbd ]] || need+=(mariadb-server)
 	command -v rabbitmq-server >/dev/null 2>&1 || need+=(rabbitmq-server)
+	[[ -x /usr/sbin/nats-server ]] || need+=(nats-server)
+	command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 	if ((${#need[@]})); then
 		echo "services: installing ${need[*]}"
 		run apt-get update -q || die "apt-get update failed"
@@ -116,6 +121,26 @@ _inbox_services() (
 		wait_for rabbitmq "port 5672 and rabbitmq-diagnostics ping" rmq_ok
 	fi
 	echo "rabbitmq: up (127.0.0.1:5672)"
+
+	# --- NATS with JetStream and Redis (the NATS and Redis Streams broker tests) ----------
+	# NATS greets every connection with an INFO line; JetStream is on with -js.
+	nats_ok() { timeout 2 bash -c 'exec 3<>/dev/tcp/127.0.0.1/4222 && head -c 4 <&3 | grep -q INFO' 2>/dev/null; }
+	if ! nats_ok; then
+		install -d /var/lib/nats-server
+		run start-stop-daemon --start --oknodo --background --exec /usr/sbin/nats-server -- \
+			-a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server -l /var/log/nats-server.log ||
+			die "nats: start-stop-daemon failed"
+		wait_for nats "INFO on 127.0.0.1:4222" nats_ok
+	fi
+	echo "nats: up (127.0.0.1:4222)"
+	redis_ok() { [[ $(redis-cli -h 127.0.0.1 -p 6379 ping 2>/dev/null) == PONG ]]; }
+	if ! redis_ok; then
+		install -d -o redis -g redis /var/lib/redis /var/log/redis 2>/dev/null || install -d /var/lib/redis /var/log/redis
+		run redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no \
+			--dir /var/lib/redis --logfile /var/log/redis/ci.log || die "redis: redis-server failed"
+		wait_for redis "PONG on 127.0.0.1:6379" redis_ok
+	fi
+	echo "redis: up (127.0.0.1:6379)"
 )
 
 if [[ "${BASH_SOURCE[0]}" != "$0" ]]; then

@@ -1,5 +1,6 @@
 // Package e2e_test runs the inbox middleware against the real brokers (RabbitMQ through
-// watermill-amqp v2 and v3, the Kafka dev broker through watermill-kafka and Sarama) and
+// watermill-amqp v2 and v3, the Kafka dev broker through watermill-kafka and Sarama, NATS
+// JetStream through watermill-nats v2, Redis Streams through watermill-redisstream) and
 // the real PostgreSQL, with real redeliveries: a consumer process SIGKILLed between its
 // database commit and its ack or offset commit, a rebalance, nacks.
 package e2e_test
@@ -246,17 +247,21 @@ func isDuplicate(d delivery) bool {
 
 // helperArgs configure a consumer child process (TestHelperProcess).
 type helperArgs struct {
-	Broker      string // "kafka" or "amqp"
+	Broker      string // "kafka", "amqp", "nats" or "redis"
 	Crash       bool   // stop at the first message: see TestHelperProcess
 	Brokers     []string
 	Topic       string
 	Group       string
 	AMQPURL     string
+	NATSURL     string
 	AMQPVersion string
 	Queue       string
 	InboxTable  string
 	LedgerTable string
 	Consumer    string
+	NATS        natsConsumer // Broker "nats": the stream and durable consumer to bind to
+	RedisURL    string       // Broker "redis": Topic is the stream, Group the consumer group
+	RedisName   string       // Broker "redis": the consumer's name in the group; "child" if empty
 }
 
 const helperEnv = "INBOX_E2E_HELPER"
@@ -384,9 +389,9 @@ func (c *child) kill(t testing.TB) {
 //
 // With Crash, the first message processed ends its run in the state the inbox exists
 // for: on Kafka, the process prints "E2E acked <uuid>" once the router acked it (the
-// offset is only marked: auto-commit runs every hour), on RabbitMQ "E2E committed <uuid>"
-// once the inbox committed and before the router acks; then it blocks every message,
-// waiting for the SIGKILL.
+// offset is only marked: auto-commit runs every hour), on RabbitMQ, NATS JetStream and
+// Redis Streams "E2E committed <uuid>" once the inbox committed and before the router
+// acks; then it blocks every message, waiting for the SIGKILL.
 func TestHelperProcess(t *testing.T) {
 	raw := os.Getenv(helperEnv)
 	if raw == "" {
@@ -411,6 +416,14 @@ func TestHelperProcess(t *testing.T) {
 	case "amqp":
 		sub = amqpSubscriber(t, args.AMQPVersion, args.AMQPURL, args.Queue)
 		topic = args.Queue
+	case "nats":
+		sub = natsSubscriber(t, args.NATSURL, args.NATS)
+	case "redis":
+		name := args.RedisName
+		if name == "" {
+			name = "child"
+		}
+		sub = redisSubscriber(t, args.RedisURL, args.Group, name)
 	default:
 		t.Fatalf("unknown broker %q", args.Broker)
 	}
@@ -431,7 +444,7 @@ func TestHelperProcess(t *testing.T) {
 			default:
 				fmt.Printf("E2E processed %s\n", msg.UUID)
 				if args.Crash && stopped.CompareAndSwap(false, true) {
-					if args.Broker == "amqp" {
+					if args.Broker != "kafka" { // the ack would follow
 						fmt.Printf("E2E committed %s\n", msg.UUID)
 						<-block
 					}

@@ -14,7 +14,11 @@
 //     partition per worker; the workers form one consumer group (ib.Middleware in a
 //     Watermill router);
 //   - -transport rabbitmq: each message is published -copies times to one durable queue
-//     that all workers consume (ib.Middleware in a Watermill router).
+//     that all workers consume (ib.Middleware in a Watermill router);
+//   - -transport nats: each message is published -copies times to a JetStream stream, one
+//     durable consumer delivers to a queue group of all workers (watermill-nats);
+//   - -transport redis: each message is added -copies times to a Redis stream, all workers
+//     consume in one consumer group (watermill-redisstream).
 //
 // Meanwhile it injects faults: it SIGKILLs a random worker every -kill-every and restarts
 // it; workers SIGKILL themselves with probability -crash-rate right after a commit, before
@@ -36,6 +40,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"time"
 )
 
@@ -59,6 +64,8 @@ type options struct {
 	duration       time.Duration
 	brokers        string
 	amqpURL        string
+	natsURL        string
+	redisURL       string
 	run            string
 	keep           bool
 	quiet          bool
@@ -71,7 +78,7 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.slot, "slot", 0, "the worker's slot, kept across restarts (its Kafka group instance id)")
 	fs.StringVar(&o.db, "db", "postgres", "database: postgres, mariadb or mysql (MySQL 8+, the same store as MariaDB)")
 	fs.StringVar(&o.dsn, "dsn", "", "database DSN (default INBOX_POSTGRES_DSN, INBOX_MARIADB_DSN or INBOX_MYSQL_DSN, or the local test database)")
-	fs.StringVar(&o.transport, "transport", "direct", "how messages reach the workers: direct, kafka or rabbitmq")
+	fs.StringVar(&o.transport, "transport", "direct", "how messages reach the workers: direct, kafka, rabbitmq, nats or redis")
 	fs.IntVar(&o.workers, "workers", 8, "consumer processes")
 	fs.IntVar(&o.messages, "messages", 60, "messages; message i credits i+1 to account i%accounts")
 	fs.IntVar(&o.accounts, "accounts", 10, "ledger accounts")
@@ -85,6 +92,8 @@ func parseFlags(args []string) (options, error) {
 	fs.DurationVar(&o.duration, "duration", 5*time.Minute, "deadline: stop and check even if copies are left unhandled")
 	fs.StringVar(&o.brokers, "kafka-brokers", "", "Kafka brokers (default KAFKA_BROKERS or 127.0.0.1:9092)")
 	fs.StringVar(&o.amqpURL, "amqp-url", "", "RabbitMQ URL (default INBOX_AMQP_URL or amqp://guest:guest@127.0.0.1:5672/)")
+	fs.StringVar(&o.natsURL, "nats-url", "", "NATS URL, JetStream enabled (default INBOX_NATS_URL or nats://127.0.0.1:4222)")
+	fs.StringVar(&o.redisURL, "redis-url", "", "Redis URL (default INBOX_REDIS_URL or redis://127.0.0.1:6379/0)")
 	fs.StringVar(&o.run, "run", "", "run id, naming the tables, topic or queue (default: random)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the tables, topic and queue after the run")
 	fs.BoolVar(&o.quiet, "quiet", false, "print only the final report")
@@ -94,8 +103,8 @@ func parseFlags(args []string) (options, error) {
 	switch {
 	case o.db != "postgres" && o.db != "mariadb" && o.db != "mysql":
 		return o, fmt.Errorf("-db %q: use postgres, mariadb or mysql", o.db)
-	case o.transport != "direct" && o.transport != "kafka" && o.transport != "rabbitmq":
-		return o, fmt.Errorf("-transport %q: use direct, kafka or rabbitmq", o.transport)
+	case !slices.Contains([]string{"direct", "kafka", "rabbitmq", "nats", "redis"}, o.transport):
+		return o, fmt.Errorf("-transport %q: use direct, kafka, rabbitmq, nats or redis", o.transport)
 	case o.workers < 1, o.messages < 1, o.accounts < 1, o.concurrency < 1:
 		return o, fmt.Errorf("-workers, -messages, -accounts and -concurrency must be at least 1")
 	case o.copies < 2:
@@ -113,6 +122,12 @@ func parseFlags(args []string) (options, error) {
 	}
 	if o.amqpURL == "" {
 		o.amqpURL = envOr("INBOX_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
+	}
+	if o.natsURL == "" {
+		o.natsURL = envOr("INBOX_NATS_URL", "nats://127.0.0.1:4222")
+	}
+	if o.redisURL == "" {
+		o.redisURL = envOr("INBOX_REDIS_URL", "redis://127.0.0.1:6379/0")
 	}
 	if o.run == "" {
 		o.run = fmt.Sprintf("torture_%d_%06x", time.Now().Unix()%1e6, rand.Uint32()&0xffffff)

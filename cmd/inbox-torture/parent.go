@@ -143,7 +143,8 @@ func (p *parent) workerArgs(slot int) []string {
 		"-workers", strconv.Itoa(o.workers), "-messages", strconv.Itoa(o.messages), "-copies", strconv.Itoa(o.copies),
 		"-accounts", strconv.Itoa(o.accounts), "-concurrency", strconv.Itoa(o.concurrency),
 		"-fail-rate", strconv.FormatFloat(o.failRate, 'g', -1, 64), "-crash-rate", strconv.FormatFloat(o.crashRate, 'g', -1, 64),
-		"-handler-delay", o.handlerDelay.String(), "-kafka-brokers", o.brokers, "-amqp-url", o.amqpURL}
+		"-handler-delay", o.handlerDelay.String(), "-kafka-brokers", o.brokers, "-amqp-url", o.amqpURL,
+		"-nats-url", o.natsURL, "-redis-url", o.redisURL}
 }
 
 // start starts a new process in slot.

@@ -90,6 +90,8 @@ func need(t *testing.T, db, transport string) {
 			unavailable(t, "RabbitMQ", "INBOX_AMQP_URL", err)
 		}
 		_ = conn.Close()
+	case "nats", "redis":
+		needStreams(t, transport)
 	}
 }
 
@@ -112,6 +114,10 @@ func TestSeedScenario(t *testing.T) {
 		{"mariadb", "direct", []string{"-copies", "8", "-handler-delay", "100ms"}},
 		{"mariadb", "rabbitmq", []string{"-handler-delay", "100ms"}},
 		{"mariadb", "kafka", []string{"-handler-delay", "100ms"}},
+		{"postgres", "nats", []string{"-handler-delay", "100ms"}},
+		{"postgres", "redis", []string{"-handler-delay", "100ms"}},
+		{"mariadb", "nats", []string{"-handler-delay", "100ms"}},
+		{"mariadb", "redis", []string{"-handler-delay", "100ms"}},
 		{"mysql", "direct", []string{"-copies", "8", "-handler-delay", "100ms"}},
 	} {
 		t.Run(tc.db+"/"+tc.transport, func(t *testing.T) {

@@ -53,6 +53,10 @@ func subscriber(o options) (message.Subscriber, string, error) {
 	case "rabbitmq":
 		sub, err := amqp.NewSubscriber(amqp.NewDurableQueueConfig(o.amqpURL), watermill.NopLogger{})
 		return sub, o.run, err
+	case "nats":
+		return natsSubscriber(o)
+	case "redis":
+		return redisSubscriber(o)
 	}
 	return nil, "", fmt.Errorf("no subscriber for transport %q", o.transport)
 }
@@ -72,8 +76,8 @@ func messagesFor(o options) []*message.Message {
 	return msgs
 }
 
-// publish creates the run's topic (one partition per worker) or queue and publishes
-// every copy of every message.
+// publish creates the run's topic (one partition per worker), queue or stream and
+// publishes every copy of every message.
 func publish(ctx context.Context, o options) error {
 	msgs := messagesFor(o)
 	switch o.transport {
@@ -133,11 +137,15 @@ func publish(ctx context.Context, o options) error {
 				return err
 			}
 		}
+	case "nats":
+		return publishNATS(o, msgs)
+	case "redis":
+		return publishRedis(ctx, o, msgs)
 	}
 	return nil
 }
 
-// dropTransport deletes the run's topic or queue.
+// dropTransport deletes the run's topic, queue or stream.
 func dropTransport(o options) {
 	switch o.transport {
 	case "kafka":
@@ -153,5 +161,7 @@ func dropTransport(o options) {
 			}
 			_ = conn.Close()
 		}
+	case "nats", "redis":
+		dropStreams(o)
 	}
 }
