@@ -61,6 +61,7 @@ type backend struct {
 	store         inbox.Store
 	table, ledger string
 	credit        func(ctx context.Context, amount int) error
+	pool          *pgxpool.Pool // pgx only
 	balance       func(t testing.TB) (total, credits int)
 }
 
@@ -97,7 +98,7 @@ func openBackend(t testing.TB, name, table, ledger string, create bool, tweak fu
 				_, _ = pool.Exec(context.Background(), `DROP TABLE IF EXISTS `+lt+`, `+pgx.Identifier{table}.Sanitize()+`, `+pgx.Identifier{table + "_attempts"}.Sanitize())
 			})
 		}
-		b.store = store
+		b.store, b.pool = store, pool
 		b.credit = func(ctx context.Context, amount int) error {
 			tx, ok := inbox.TxFromContext[pgx.Tx](ctx)
 			if !ok {

@@ -39,6 +39,9 @@ func IdempotencyKey(r *http.Request, _ []byte) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("inboxhttp: the Idempotency-Key header is not a structured-field string: %w", err)
 	}
+	if key == "" {
+		return "", fmt.Errorf(`%w: the Idempotency-Key header is the empty string ""`, inbox.ErrNoKey)
+	}
 	return key, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/watermill-inbox/inbox"
@@ -418,4 +420,46 @@ func TestBodyCaps(t *testing.T) {
 		total, _ := b.balance(t)
 		require.Zero(t, total, "the write of an oversized response was rolled back")
 	})
+}
+
+// TestCommitFails: when the commit fails (here a deferred constraint, checked at COMMIT),
+// the client gets 503 and nothing is stored, so the retry runs the handler again.
+// PostgreSQL only: MariaDB has no deferred constraints to make a commit fail on demand.
+func TestCommitFails(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t, "pgx")
+	ctx := context.Background()
+	table := pgx.Identifier{tableName("deferred")}.Sanitize()
+	_, err := b.pool.Exec(ctx, `CREATE TABLE `+table+` (id int, UNIQUE (id) DEFERRABLE INITIALLY DEFERRED); INSERT INTO `+table+` VALUES (1)`)
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = b.pool.Exec(context.Background(), `DROP TABLE IF EXISTS `+table) })
+
+	var calls atomic.Int32
+	m := newMiddleware(t, b, inboxhttp.Config{Logger: slog.New(slog.DiscardHandler)})
+	url := serve(t, m, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := calls.Add(1)
+		tx, _ := inbox.TxFromContext[pgx.Tx](r.Context())
+		// The first call inserts a duplicate id: accepted now, refused at COMMIT.
+		if _, err := tx.Exec(r.Context(), `INSERT INTO `+table+` VALUES ($1)`, n); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+		_, _ = fmt.Fprintf(w, "call %d", n)
+	}))
+	client := &http.Client{}
+	got, err := post(t, client, url, "doomed", `{}`)
+	require.NoError(t, err)
+	requireProblem(t, got, http.StatusServiceUnavailable)
+	require.Equal(t, "1", got.header.Get("Retry-After"))
+
+	got, err = post(t, client, url, "doomed", `{}`)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, got.status, got.body)
+	require.False(t, got.replayed(), "nothing was stored: the retry ran the handler")
+	require.Equal(t, "call 2", got.body)
+	got, err = post(t, client, url, "doomed", `{}`)
+	require.NoError(t, err)
+	require.True(t, got.replayed())
+	require.Equal(t, "call 2", got.body)
 }
