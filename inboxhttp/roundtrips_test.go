@@ -80,7 +80,11 @@ func TestRoundTrips(t *testing.T) {
 					c.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
 				}, "")
 			case "mariadb":
-				registerCountedDial.Do(func() { mysql.RegisterDialContext("counted", func(ctx context.Context, addr string) (net.Conn, error) { return mysqlRoundTrips.dial(ctx, "tcp", addr) }) })
+				registerCountedDial.Do(func() {
+					mysql.RegisterDialContext("counted", func(ctx context.Context, addr string) (net.Conn, error) {
+						return mysqlRoundTrips.dial(ctx, "tcp", addr)
+					})
+				})
 				rt = mysqlRoundTrips
 				cfg, err := mysql.ParseDSN(mariaDBDSN())
 				require.NoError(t, err)
