@@ -61,6 +61,10 @@ type MySQLStore struct {
 
 	prepareMu  sync.Mutex
 	insertStmt atomic.Pointer[sql.Stmt] // nil until prepared
+	// setOutputStmt and storedStmt are prepared with insertStmt, when it is: a stored
+	// output (inboxhttp, produced messages) and a duplicate's read then cost one round
+	// trip each instead of a prepare, an execute and a close.
+	setOutputStmt, storedStmt atomic.Pointer[sql.Stmt]
 }
 
 var _ Store = (*MySQLStore)(nil)
@@ -187,9 +191,24 @@ func (s *MySQLStore) claim(ctx context.Context, tx *sql.Tx, rec Record, joined b
 		}
 		return Claim{Tx: &sqlInboxTx{tx: tx, joined: joined, wrap: s.wrap,
 			setOutput: func(ctx context.Context, tx *sql.Tx, output []byte) error {
-				_, err := tx.ExecContext(ctx, s.sql.setOutput, output, rec.Consumer, rec.Key)
+				var err error
+				if stmt := s.setOutputStmt.Load(); stmt != nil {
+					_, err = tx.StmtContext(ctx, stmt).ExecContext(ctx, output, rec.Consumer, rec.Key)
+				} else {
+					_, err = tx.ExecContext(ctx, s.sql.setOutput, output, rec.Consumer, rec.Key)
+				}
 				return err
 			}}}, nil
+	}
+	if stmt := s.storedStmt.Load(); stmt != nil {
+		claim := Claim{Duplicate: true}
+		if err := tx.StmtContext(ctx, stmt).QueryRowContext(ctx, rec.Consumer, rec.Key).Scan(&claim.Fingerprint, &claim.Output); err != nil {
+			if errors.Is(err, sql.ErrNoRows) { // deleted (Forget, purge) since the insert
+				return Claim{}, fmt.Errorf("inbox: the key vanished while being claimed: %w", ErrContended)
+			}
+			return Claim{}, s.wrap("reading the stored key", err)
+		}
+		return claim, nil
 	}
 	return readStoredSQL(ctx, tx, s.sql.stored, rec, s.wrap)
 }
@@ -213,6 +232,12 @@ func (s *MySQLStore) prepareInsert(ctx context.Context) {
 	if s.insertStmt.Load() == nil {
 		// Prepared on one connection now, and by database/sql on each other one the first
 		// time a transaction there uses it.
+		setOutput, err1 := p.PrepareContext(ctx, s.sql.setOutput)
+		stored, err2 := p.PrepareContext(ctx, s.sql.stored)
+		if err1 == nil && err2 == nil {
+			s.setOutputStmt.Store(setOutput)
+			s.storedStmt.Store(stored)
+		}
 		if prepared, err := p.PrepareContext(ctx, s.sql.insert); err == nil {
 			s.insertStmt.Store(prepared)
 		}
