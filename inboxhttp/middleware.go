@@ -139,8 +139,9 @@ func (m *Idempotency) serve(w http.ResponseWriter, r *http.Request, next http.Ha
 		problem(w, http.StatusUnprocessableEntity, "This idempotency key was used for a different request (method, path or body).")
 	case err == nil:
 		s, err := decode(res.Output)
-		if err != nil {
-			m.fail(w, r, key, err)
+		if err != nil { // a retry cannot help: the key holds something else
+			m.cfg.Logger.Error("inboxhttp: the key's stored output is not a response", "consumer", m.cfg.Consumer, "key", key, "path", r.URL.Path, "error", err)
+			problem(w, http.StatusInternalServerError, "This idempotency key was processed, but no response of this route is stored with it.")
 			return
 		}
 		m.send(w, r, s.status, s.header, s.body, m.cfg.ReplayHeader)

@@ -463,3 +463,21 @@ func TestCommitFails(t *testing.T) {
 	require.True(t, got.replayed())
 	require.Equal(t, "call 2", got.body)
 }
+
+// TestKeyProcessedElsewhere: a key of the route's consumer that another inbox caller
+// processed (Process, which stores no response) is answered with a 500, not replayed as
+// garbage and not run again.
+func TestKeyProcessedElsewhere(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ib, err := inbox.New(inbox.Config{Store: b.store, Consumer: "http"})
+		require.NoError(t, err)
+		_, err = ib.Process(context.Background(), "POST /payments", "taken", func(context.Context) error { return nil })
+		require.NoError(t, err)
+		p := &payments{b: b}
+		url := serve(t, newMiddleware(t, b, inboxhttp.Config{Logger: slog.New(slog.DiscardHandler)}), p)
+		got, err := post(t, &http.Client{}, url, "taken", `{"amount":1}`)
+		require.NoError(t, err)
+		requireProblem(t, got, http.StatusInternalServerError)
+		require.Zero(t, p.calls.Load())
+	})
+}
