@@ -481,3 +481,39 @@ func TestKeyProcessedElsewhere(t *testing.T) {
 		require.Zero(t, p.calls.Load())
 	})
 }
+
+// TestFlushAndHijackUnsupported: the handler's writer cannot flush or hijack (its
+// response must be whole before it is stored); a handler that tries is told so, and what
+// it wrote is still stored and replayed whole.
+func TestFlushAndHijackUnsupported(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		type seen struct {
+			isFlusher, isHijacker bool
+			flushErr, hijackErr   error
+		}
+		calls := make(chan seen, 2)
+		url := serve(t, newMiddleware(t, b, inboxhttp.Config{}), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			var s seen
+			_, s.isFlusher = w.(http.Flusher)
+			_, s.isHijacker = w.(http.Hijacker)
+			rc := http.NewResponseController(w)
+			_, _ = w.Write([]byte("part 1, "))
+			s.flushErr = rc.Flush()
+			_, _, s.hijackErr = rc.Hijack()
+			_, _ = w.Write([]byte("part 2"))
+			calls <- s
+		}))
+		for range 2 {
+			got, err := post(t, &http.Client{}, url, "stream", `{}`)
+			require.NoError(t, err)
+			require.Equal(t, http.StatusOK, got.status)
+			require.Equal(t, "part 1, part 2", got.body)
+		}
+		require.Len(t, calls, 1, "the second request was a replay")
+		s := <-calls
+		require.False(t, s.isFlusher)
+		require.False(t, s.isHijacker)
+		require.ErrorIs(t, s.flushErr, http.ErrNotSupported)
+		require.ErrorIs(t, s.hijackErr, http.ErrNotSupported)
+	})
+}
