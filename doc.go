@@ -32,5 +32,8 @@
 // has committed: if that publish fails, the redelivery still sends them.
 //
 // Stores: PostgresStore (pgx), SQLPostgresStore and MySQLStore (database/sql). Process
-// offers the same behaviour outside Watermill.
+// offers the same behaviour outside Watermill, and ProcessResult (or ProcessJSON) also
+// stores the caller's result with the key and returns it to every retry, for requests
+// that must get the same answer; the inboxhttp package builds a net/http idempotency
+// middleware on it.
 package inbox

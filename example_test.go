@@ -2,6 +2,7 @@ package inbox_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"log"
 	"net/http"
@@ -105,4 +106,30 @@ func ExampleInbox_Process() {
 			w.WriteHeader(http.StatusCreated)
 		}
 	})
+}
+
+// ProcessResult gives a retry the first answer: fn's bytes are stored with the key in
+// its transaction, and a duplicate returns them without running fn.
+func ExampleInbox_ProcessResult() {
+	ctx := context.Background()
+	var ib *inbox.Inbox // from inbox.New over a PostgresStore
+	request := []byte(`{"order":"o-1","amount":250}`)
+	fingerprint := sha256.Sum256(request)
+
+	res, err := ib.ProcessResult(ctx, "refunds", "refund-o-1", fingerprint[:], func(ctx context.Context) ([]byte, error) {
+		tx, _ := inbox.TxFromContext[pgx.Tx](ctx)
+		var id int64
+		if err := tx.QueryRow(ctx, `INSERT INTO refunds (order_id, cents) VALUES ('o-1', 250) RETURNING id`).Scan(&id); err != nil {
+			return nil, err // rolled back, key included: the next call runs again
+		}
+		return fmt.Appendf(nil, `{"refund":%d}`, id), nil
+	})
+	switch {
+	case err != nil:
+		log.Fatal(err)
+	case res.Mismatch:
+		fmt.Println("the key was used for a different request")
+	default:
+		fmt.Printf("answer %s (duplicate: %v)\n", res.Output, res.Duplicate)
+	}
 }

@@ -354,7 +354,7 @@ func (ib *Inbox) process(ctx context.Context, rec Record, msg *message.Message, 
 	output, err := fn(ContextWithTx(ctx, tx.Handle()))
 	ended = true
 	if err == nil && len(output) > ib.cfg.MaxOutputBytes {
-		err = ib.fail(ctx, rec, msg, OutcomeFailed, wait, fmt.Errorf("%w: the handler produced %d bytes of messages, more than Config.MaxOutputBytes (%d): produce fewer or smaller messages (or publish them through the outbox), or raise the limit",
+		err = ib.fail(ctx, rec, msg, OutcomeFailed, wait, fmt.Errorf("%w: the handler's output (produced messages, or a stored result) is %d bytes, more than Config.MaxOutputBytes (%d): produce fewer or smaller messages (or publish them through the outbox), or raise the limit",
 			ErrOutputTooLarge, len(output), ib.cfg.MaxOutputBytes))
 		return Claim{}, wait, join(err, tx.Rollback(ctx), ib.endAttempt(ctx, rec))
 	}

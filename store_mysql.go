@@ -71,6 +71,10 @@ type MySQLStore struct {
 	// output needs it.
 	serverMu sync.Mutex
 	server   *mysqlServer
+	// setOutputStmt and storedStmt are prepared with insertStmt, when it is: a stored
+	// output (inboxhttp, produced messages) and a duplicate's read then cost one round
+	// trip each instead of a prepare, an execute and a close.
+	setOutputStmt, storedStmt atomic.Pointer[sql.Stmt]
 }
 
 var _ Store = (*MySQLStore)(nil)

@@ -37,7 +37,10 @@ func (s *MySQLStore) claim(ctx context.Context, tx *sql.Tx, rec Record, joined b
 		if err != nil {
 			return Claim{}, s.wrap("inserting the key", err)
 		}
-		return Claim{Tx: &sqlInboxTx{tx: tx, joined: joined, wrap: s.wrap, setOutput: s.setOutput(rec)}}, nil
+		return Claim{Tx: &sqlInboxTx{tx: tx, joined: joined, wrap: s.wrap, setOutput: s.setOutput(rec, joined)}}, nil
+	}
+	if stmt := s.storedStmt.Load(); stmt != nil && !joined {
+		return readStoredSQL(ctx, tx, tx.StmtContext(ctx, stmt), rec, s.wrap)
 	}
 	return readStoredSQL(ctx, tx, s.sql.stored, rec, s.wrap)
 }
@@ -46,7 +49,7 @@ func (s *MySQLStore) claim(ctx context.Context, tx *sql.Tx, rec Record, joined b
 // server's max_allowed_packet cannot carry is refused before it is sent (MariaDB closes
 // the connection on such a packet), and one the driver refuses (maxAllowedPacket in
 // the DSN) too: both as ErrOutputTooLarge.
-func (s *MySQLStore) setOutput(rec Record) func(ctx context.Context, tx *sql.Tx, output []byte) error {
+func (s *MySQLStore) setOutput(rec Record, joined bool) func(ctx context.Context, tx *sql.Tx, output []byte) error {
 	return func(ctx context.Context, tx *sql.Tx, output []byte) error {
 		server, err := s.serverInfo(ctx, tx)
 		if err != nil {
@@ -57,7 +60,11 @@ func (s *MySQLStore) setOutput(rec Record) func(ctx context.Context, tx *sql.Tx,
 			return fmt.Errorf("%w: %d bytes of produced messages do not fit in the server's max_allowed_packet (%d bytes): raise it, or lower Config.MaxOutputBytes so that the inbox refuses such output first",
 				ErrOutputTooLarge, len(output), server.maxPacket)
 		}
-		_, err = tx.ExecContext(ctx, s.sql.setOutput, output, rec.Consumer, rec.Key)
+		if stmt := s.setOutputStmt.Load(); stmt != nil && !joined {
+			_, err = tx.StmtContext(ctx, stmt).ExecContext(ctx, output, rec.Consumer, rec.Key)
+		} else {
+			_, err = tx.ExecContext(ctx, s.sql.setOutput, output, rec.Consumer, rec.Key)
+		}
 		if errors.Is(err, mysql.ErrPktTooLarge) {
 			return fmt.Errorf("%w: %d bytes of produced messages exceed maxAllowedPacket of the DSN: raise it: %w", ErrOutputTooLarge, len(output), err)
 		}
@@ -84,6 +91,12 @@ func (s *MySQLStore) prepareInsert(ctx context.Context) {
 	if s.insertStmt.Load() == nil {
 		// Prepared on one connection now, and by database/sql on each other one the first
 		// time a transaction there uses it.
+		setOutput, err1 := p.PrepareContext(ctx, s.sql.setOutput)
+		stored, err2 := p.PrepareContext(ctx, s.sql.stored)
+		if err1 == nil && err2 == nil {
+			s.setOutputStmt.Store(setOutput)
+			s.storedStmt.Store(stored)
+		}
 		if prepared, err := p.PrepareContext(ctx, s.sql.insert); err == nil {
 			s.insertStmt.Store(prepared)
 		}

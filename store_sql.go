@@ -126,10 +126,17 @@ func claimInNewTx(ctx context.Context, db SQLDB, isolation sql.IsolationLevel, w
 }
 
 // readStoredSQL reads, for a duplicate, what the first delivery of rec stored; query
-// selects fingerprint and output by consumer and key.
-func readStoredSQL(ctx context.Context, tx *sql.Tx, query string, rec Record, wrap func(doing string, err error) error) (Claim, error) {
+// selects fingerprint and output by consumer and key: its text, or a *sql.Stmt of tx.
+func readStoredSQL(ctx context.Context, tx *sql.Tx, query any, rec Record, wrap func(doing string, err error) error) (Claim, error) {
 	claim := Claim{Duplicate: true}
-	if err := tx.QueryRowContext(ctx, query, rec.Consumer, rec.Key).Scan(&claim.Fingerprint, &claim.Output); err != nil {
+	var row *sql.Row
+	switch q := query.(type) {
+	case *sql.Stmt:
+		row = q.QueryRowContext(ctx, rec.Consumer, rec.Key)
+	default:
+		row = tx.QueryRowContext(ctx, q.(string), rec.Consumer, rec.Key)
+	}
+	if err := row.Scan(&claim.Fingerprint, &claim.Output); err != nil {
 		if errors.Is(err, sql.ErrNoRows) { // deleted (Forget, purge) since the insert
 			return Claim{}, fmt.Errorf("inbox: the key vanished while being claimed: %w", ErrContended)
 		}

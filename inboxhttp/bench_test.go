@@ -1,0 +1,203 @@
+package inboxhttp_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/watermill-inbox/inbox"
+	"github.com/watermill-inbox/inbox/inboxhttp"
+	"github.com/watermill-inbox/inbox/internal/benchload"
+)
+
+// The benchmarks pair every candidate with its baseline op by op in one process
+// (benchload.Paired), as the root package's do; see docs/benchmarks.md. b.N is the ops of
+// each side. They work at -benchtime=1x, as CI runs them; no timing is asserted.
+
+// httpTarget is one database with the benchmark tables, a plain server (the handler in
+// its own transaction) and an inboxhttp server (the handler in the inbox transaction).
+type httpTarget struct {
+	tgt          *benchload.Target
+	plain, inbox string
+	// empty answers the same 201 without touching the database: the HTTP floor.
+	empty  string
+	client *http.Client
+}
+
+// newHTTPTarget opens the flavour's database: pgx, mariadb, or mariadb-session (the
+// inbox's MySQLStore with SessionIsolation, which saves the SET TRANSACTION round trip).
+func newHTTPTarget(b *testing.B, flavour string) *httpTarget {
+	b.Helper()
+	ctx := context.Background()
+	session := flavour == "mariadb-session"
+	if session {
+		flavour = "mariadb"
+	}
+	variable, _ := benchload.DSN(flavour)
+	pool, db, closeFn, err := benchload.Open(ctx, flavour, false)
+	if err != nil {
+		unavailable(b, flavour, variable, err)
+	}
+	b.Cleanup(closeFn)
+	suffix := fmt.Sprintf("%d_%08x_h", time.Now().UnixNano()%1e9, rand.Uint32())
+	tgt, err := benchload.NewTarget(ctx, flavour, pool, db, 1, suffix, "")
+	if tgt != nil {
+		b.Cleanup(func() { _ = tgt.Drop(context.Background(), true) })
+	}
+	require.NoError(b, err)
+
+	reply := func(w http.ResponseWriter, key string) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = fmt.Fprintf(w, `{"id":%q,"status":"applied"}`, key)
+	}
+	plain := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		key := r.Header.Get("Idempotency-Key")
+		if err := tgt.Baseline(r.Context(), key); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		reply(w, key)
+	}))
+	b.Cleanup(plain.Close)
+	empty := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		reply(w, r.Header.Get("Idempotency-Key"))
+	}))
+	b.Cleanup(empty.Close)
+	ib := tgt.Inbox
+	if session {
+		store, err := inbox.NewMySQLStore(db, inbox.MySQLConfig{Table: tgt.InboxTable, SessionIsolation: true})
+		require.NoError(b, err)
+		ib, err = inbox.New(inbox.Config{Store: store})
+		require.NoError(b, err)
+	}
+	m, err := inboxhttp.New(inboxhttp.Config{Inbox: ib, Consumer: "bench"})
+	require.NoError(b, err)
+	withInbox := httptest.NewServer(m.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		key, _ := inboxhttp.IdempotencyKey(r, nil)
+		if err := tgt.InTx(r.Context(), key); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		reply(w, key)
+	})))
+	b.Cleanup(withInbox.Close)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	b.Cleanup(client.CloseIdleConnections)
+	return &httpTarget{tgt: tgt, plain: plain.URL, inbox: withInbox.URL, empty: empty.URL, client: client}
+}
+
+// op returns the Op that POSTs to url with the key, expecting 201 (replayed or not).
+func (h *httpTarget) op(url string, replayed bool) benchload.Op {
+	return func(ctx context.Context, key string) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(`{"amount":1}`))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Idempotency-Key", `"`+key+`"`)
+		resp, err := h.client.Do(req)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = resp.Body.Close() }()
+		body, err := io.ReadAll(resp.Body)
+		switch {
+		case err != nil:
+			return err
+		case resp.StatusCode != http.StatusCreated:
+			return fmt.Errorf("%s: %d %s", url, resp.StatusCode, body)
+		case (resp.Header.Get("Idempotent-Replayed") == "true") != replayed:
+			return fmt.Errorf("%s: key %s: replayed is %q, want %v", url, key, resp.Header.Get("Idempotent-Replayed"), replayed)
+		}
+		return nil
+	}
+}
+
+var httpFlavours = []string{"pgx", "mariadb", "mariadb-session"}
+
+// BenchmarkHTTP: a POST whose handler does one UPDATE, behind inboxhttp (the UPDATE in the
+// inbox transaction, the response stored with the key) against the same handler doing
+// the UPDATE in its own transaction, every request with a new key. The ratio is inbox
+// over plain.
+func BenchmarkHTTP(b *testing.B) {
+	for _, flavour := range httpFlavours {
+		for _, workers := range []int{1, 16} {
+			b.Run(fmt.Sprintf("%s/workers=%d", flavour, workers), func(b *testing.B) {
+				h := newHTTPTarget(b, flavour)
+				b.ResetTimer()
+				ab, err := benchload.Paired(context.Background(), workers, b.N, 0, h.op(h.plain, false), h.op(h.inbox, false))
+				require.NoError(b, err)
+				b.ReportMetric(ab.A.Rate(), "plain/s")
+				b.ReportMetric(ab.B.Rate(), "inbox/s")
+				b.ReportMetric(ab.Ratio(), "ratio")
+			})
+		}
+	}
+}
+
+// BenchmarkHTTPReplay: replayed responses against first requests through inboxhttp. The
+// first-request side queues its keys; the replay side sends a queued key again. The
+// floor variant pairs the replays with a handler that answers without the database, to
+// show how much of a replay is the HTTP exchange itself (ratio replay over floor).
+func BenchmarkHTTPReplay(b *testing.B) {
+	for _, flavour := range httpFlavours {
+		for _, workers := range []int{1, 16} {
+			for _, against := range []string{"first", "floor"} {
+				b.Run(fmt.Sprintf("%s/workers=%d/%s", flavour, workers, against), func(b *testing.B) {
+					benchmarkReplay(b, newHTTPTarget(b, flavour), workers, against == "floor")
+				})
+			}
+		}
+	}
+}
+
+func benchmarkReplay(b *testing.B, h *httpTarget, workers int, floor bool) {
+	ctx := context.Background()
+	done := make(chan string, b.N+workers+b.N)
+	firstOp := h.op(h.inbox, false)
+	first := func(ctx context.Context, key string) error {
+		err := firstOp(ctx, key)
+		if err == nil {
+			done <- key
+		}
+		return err
+	}
+	seeds := workers
+	if floor { // the replays need keys processed beforehand
+		seeds += b.N
+	}
+	for i := range seeds {
+		require.NoError(b, first(ctx, fmt.Sprintf("seed-%d-%d", i, rand.Uint32())))
+	}
+	replayOp := h.op(h.inbox, true)
+	replay := func(ctx context.Context, _ string) error { return replayOp(ctx, <-done) }
+	a, name := first, "first"
+	if floor {
+		a, name = h.op(h.empty, false), "floor"
+	}
+	b.ResetTimer()
+	ab, err := benchload.Paired(ctx, workers, b.N, 0, a, replay)
+	require.NoError(b, err)
+	b.StopTimer()
+	applied, err := h.tgt.Applied(ctx)
+	require.NoError(b, err)
+	wantApplied := int64(seeds)
+	if !floor {
+		wantApplied += int64(ab.A.Ops)
+	}
+	require.Equal(b, wantApplied, applied, "a replay must not run the handler")
+	b.ReportMetric(ab.A.Rate(), name+"/s")
+	b.ReportMetric(ab.B.Rate(), "replay/s")
+	b.ReportMetric(ab.Ratio(), "ratio")
+}

@@ -1,0 +1,22 @@
+// Package inboxhttp is a net/http middleware that makes POST and PATCH handlers and
+// webhook receivers idempotent on an inbox: a request with a key the route has seen
+// before gets the first response again, byte for byte, and the handler does not run.
+//
+// The first request with a key runs the handler inside the inbox transaction, reachable
+// with inbox.TxFromContext from r.Context(). The middleware buffers the response
+// (status, headers, body), stores it with the key in the same transaction
+// (inbox.ProcessResult), commits, and only then sends it. If the commit fails the client
+// gets a 503 and nothing is stored, so its retry runs the handler again. A retry with the
+// same key and the same request gets the stored response with the header
+// Idempotent-Replayed: true. The same key with a different request (method, path, query
+// or body) gets 422; a key still in flight waits for the first request (bounded) or gets
+// 409 (see Config.InFlight). Errors are RFC 9457 problem details.
+//
+// Keys come from the Idempotency-Key header by default (draft-ietf-httpapi-idempotency-
+// key-header-07), or from a KeyFunc: WebhookID (Standard Webhooks), GitHubDelivery,
+// JSONField("id") for Stripe events, or any Header.
+//
+// The package imports net/http, the standard library and the inbox; it works with the
+// standard mux and with chi-style routers, since Middleware is a
+// func(http.Handler) http.Handler.
+package inboxhttp

@@ -1,0 +1,207 @@
+package inboxhttp_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	_ "github.com/go-sql-driver/mysql" // the "mysql" database/sql driver
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/watermill-inbox/inbox"
+	"github.com/watermill-inbox/inbox/inboxhttp"
+)
+
+// The tests run on real PostgreSQL (pgx) and MariaDB, each request through a real server
+// on loopback and a real client. Outside CI a database that cannot be reached skips its
+// tests, naming the variable to set; under CI (CI=true) it fails them.
+
+func postgresDSN() string {
+	if dsn := os.Getenv("INBOX_POSTGRES_DSN"); dsn != "" {
+		return dsn
+	}
+	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+}
+
+func mariaDBDSN() string {
+	if dsn := os.Getenv("INBOX_MARIADB_DSN"); dsn != "" {
+		return dsn
+	}
+	return "root@tcp(127.0.0.1:3306)/test"
+}
+
+func unavailable(t testing.TB, what, variable string, err error) {
+	t.Helper()
+	msg := fmt.Sprintf("%s is not reachable (set %s): %v", what, variable, err)
+	if os.Getenv("CI") != "" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+}
+
+func tableName(prefix string) string {
+	return fmt.Sprintf("%s_%d_%08x", prefix, time.Now().UnixNano()%1e6, rand.Uint32())
+}
+
+var backendNames = []string{"pgx", "mariadb"}
+
+// backend is one database with an inbox table and a ledger table that handlers credit
+// through the inbox transaction.
+type backend struct {
+	name          string
+	store         inbox.Store
+	table, ledger string
+	credit        func(ctx context.Context, amount int) error
+	pool          *pgxpool.Pool // pgx only
+	balance       func(t testing.TB) (total, credits int)
+}
+
+// openBackend opens the named database on the given tables, creating them (and dropping
+// them when the test ends) when create is set. A pgx pool gets cfg's tracer and dialer.
+func openBackend(t testing.TB, name, table, ledger string, create bool, tweak func(*pgxpool.Config), mysqlDSN string) backend {
+	t.Helper()
+	ctx := context.Background()
+	b := backend{name: name, table: table, ledger: ledger}
+	switch name {
+	case "pgx":
+		cfg, err := pgxpool.ParseConfig(postgresDSN())
+		require.NoError(t, err)
+		cfg.MaxConns = 20
+		if tweak != nil {
+			tweak(cfg)
+		}
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err == nil {
+			err = pool.Ping(ctx)
+		}
+		if err != nil {
+			unavailable(t, "PostgreSQL", "INBOX_POSTGRES_DSN", err)
+		}
+		t.Cleanup(pool.Close)
+		store, err := inbox.NewPostgresStore(pool, inbox.PostgresConfig{Table: table})
+		require.NoError(t, err)
+		lt := pgx.Identifier{ledger}.Sanitize()
+		if create {
+			require.NoError(t, store.CreateSchema(ctx))
+			_, err = pool.Exec(ctx, `CREATE TABLE `+lt+` (id serial PRIMARY KEY, amount int NOT NULL)`)
+			require.NoError(t, err)
+			t.Cleanup(func() {
+				_, _ = pool.Exec(context.Background(), `DROP TABLE IF EXISTS `+lt+`, `+pgx.Identifier{table}.Sanitize()+`, `+pgx.Identifier{table + "_attempts"}.Sanitize())
+			})
+		}
+		b.store, b.pool = store, pool
+		b.credit = func(ctx context.Context, amount int) error {
+			tx, ok := inbox.TxFromContext[pgx.Tx](ctx)
+			if !ok {
+				return fmt.Errorf("no pgx.Tx in the request context")
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO `+lt+` (amount) VALUES ($1)`, amount)
+			return err
+		}
+		b.balance = func(t testing.TB) (total, credits int) {
+			require.NoError(t, pool.QueryRow(context.Background(), `SELECT coalesce(sum(amount), 0), count(*) FROM `+lt).Scan(&total, &credits))
+			return total, credits
+		}
+	case "mariadb":
+		dsn := mysqlDSN
+		if dsn == "" {
+			dsn = mariaDBDSN()
+		}
+		db, err := sql.Open("mysql", dsn)
+		require.NoError(t, err)
+		db.SetMaxOpenConns(20)
+		db.SetMaxIdleConns(20)
+		t.Cleanup(func() { _ = db.Close() })
+		if err := db.PingContext(ctx); err != nil {
+			unavailable(t, "MariaDB", "INBOX_MARIADB_DSN", err)
+		}
+		store, err := inbox.NewMySQLStore(db, inbox.MySQLConfig{Table: table})
+		require.NoError(t, err)
+		lt := "`" + ledger + "`"
+		if create {
+			require.NoError(t, store.CreateSchema(ctx))
+			_, err = db.Exec("CREATE TABLE " + lt + " (id BIGINT AUTO_INCREMENT PRIMARY KEY, amount INT NOT NULL) ENGINE=InnoDB")
+			require.NoError(t, err)
+			t.Cleanup(func() {
+				_, _ = db.Exec("DROP TABLE IF EXISTS " + lt + ", `" + table + "`, `" + table + "_attempts`")
+			})
+		}
+		b.store = store
+		b.credit = func(ctx context.Context, amount int) error {
+			tx, ok := inbox.TxFromContext[*sql.Tx](ctx)
+			if !ok {
+				return fmt.Errorf("no *sql.Tx in the request context")
+			}
+			_, err := tx.ExecContext(ctx, "INSERT INTO "+lt+" (amount) VALUES (?)", amount)
+			return err
+		}
+		b.balance = func(t testing.TB) (total, credits int) {
+			require.NoError(t, db.QueryRow("SELECT COALESCE(SUM(amount), 0), COUNT(*) FROM "+lt).Scan(&total, &credits))
+			return total, credits
+		}
+	default:
+		t.Fatalf("no backend %q", name)
+	}
+	return b
+}
+
+func newBackend(t testing.TB, name string) backend {
+	return openBackend(t, name, tableName("inbox"), tableName("ledger"), true, nil, "")
+}
+
+// newMiddleware returns the middleware over b with cfg (Inbox and Consumer filled in).
+func newMiddleware(t testing.TB, b backend, cfg inboxhttp.Config) *inboxhttp.Idempotency {
+	t.Helper()
+	ib, err := inbox.New(inbox.Config{Store: b.store, Consumer: "http"})
+	require.NoError(t, err)
+	cfg.Inbox = ib
+	if cfg.Consumer == "" {
+		cfg.Consumer = "POST /payments"
+	}
+	m, err := inboxhttp.New(cfg)
+	require.NoError(t, err)
+	return m
+}
+
+// reply is a response as the client got it.
+type reply struct {
+	status int
+	header http.Header
+	body   string
+}
+
+func (r reply) replayed() bool { return r.header.Get("Idempotent-Replayed") == "true" }
+
+// post sends a POST with the key (as a structured-field string unless it is empty) and
+// returns what came back.
+func post(t testing.TB, client *http.Client, url, key, body string) (reply, error) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	require.NoError(t, err)
+	if key != "" {
+		req.Header.Set("Idempotency-Key", `"`+key+`"`)
+	}
+	return do(client, req)
+}
+
+func do(client *http.Client, req *http.Request) (reply, error) {
+	resp, err := client.Do(req)
+	if err != nil {
+		return reply{}, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return reply{}, err
+	}
+	return reply{status: resp.StatusCode, header: resp.Header, body: string(b)}, nil
+}
