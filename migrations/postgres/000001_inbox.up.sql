@@ -16,7 +16,7 @@ CREATE INDEX IF NOT EXISTS "inbox_processed_at" ON "inbox" (processed_at);
 CREATE TABLE IF NOT EXISTS "inbox_attempts" (
     consumer   text COLLATE "C" NOT NULL,
     key        text COLLATE "C" NOT NULL,
-    started    bigint NOT NULL DEFAULT 1,
+    started    integer NOT NULL DEFAULT 1,
     ended      integer NOT NULL DEFAULT 0,
     started_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (consumer, key)
