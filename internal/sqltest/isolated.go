@@ -41,3 +41,28 @@ func (d Database) Isolated(t testing.TB) (name, dsn string) {
 	}
 	return name, d.DSN + " search_path=" + name // keyword/value form
 }
+
+// IsolatedDatabase is Isolated with a database of its own on PostgreSQL too (its schema
+// is "public"), for tools that read the whole catalog: a catalog query of PostgreSQL can
+// fail while another test of the same database drops a table ("could not open relation
+// with OID"). On MySQL it is Isolated.
+func (d Database) IsolatedDatabase(t testing.TB) (schema, dsn string) {
+	t.Helper()
+	if d.Dialect == MySQL {
+		return d.Isolated(t)
+	}
+	u, err := url.Parse(d.DSN)
+	if err != nil || !strings.HasPrefix(u.Scheme, "postgres") {
+		t.Skipf("%s is not a postgres:// URL: IsolatedDatabase needs one", d.Variable)
+	}
+	admin := d.Open(t)
+	name := Name("isodb")
+	if _, err := admin.ExecContext(context.Background(), "CREATE DATABASE "+d.Quote(name)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = admin.ExecContext(context.Background(), "DROP DATABASE IF EXISTS "+d.Quote(name)+" WITH (FORCE)")
+	})
+	u.Path = "/" + name
+	return "public", u.String()
+}
