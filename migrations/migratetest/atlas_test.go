@@ -69,7 +69,9 @@ type revisions struct {
 	revs []*migrate.Revision
 }
 
-func (r *revisions) Ident() *migrate.TableIdent { return &migrate.TableIdent{Name: "atlas_schema_revisions"} }
+func (r *revisions) Ident() *migrate.TableIdent {
+	return &migrate.TableIdent{Name: "atlas_schema_revisions"}
+}
 
 func (r *revisions) ReadRevisions(context.Context) ([]*migrate.Revision, error) {
 	r.mu.Lock()
