@@ -43,7 +43,11 @@ func ExampleDB() {
 		}
 		return tx.Model(&Wallet{ID: 1}).Update("cents", gorm.Expr("cents + ?", 190)).Error
 	}
-	var router *message.Router // from message.NewRouter
+	router, err := message.NewRouter(message.RouterConfig{}, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	var sub message.Subscriber // Kafka, RabbitMQ...
 	router.AddMiddleware(ib.Middleware)
-	router.AddConsumerHandler("billing", "orders", nil, handler)
+	router.AddConsumerHandler("billing", "orders", sub, handler)
 }
