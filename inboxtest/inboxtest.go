@@ -4,7 +4,14 @@
 // commit and the ack, a publish of the produced messages that fails.
 //
 // The functions take a handler already wrapped by the middleware
-// (ib.Middleware(handler)) and report what each delivery came to.
+// (ib.Middleware(handler)) and report what each delivery came to. They accept both shapes
+// of Watermill handler (see Handler); HandlerFunc turns a consumer handler,
+// func(*message.Message) error, into the shape ib.Middleware wraps.
+//
+// The inbox names its consumer after the Watermill handler, which only a Router sets.
+// Outside a Router, either build the inbox under test with inbox.Config.Consumer, or
+// leave it as in production and deliver messages made with Routed, which gives them the
+// handler name a Router would.
 package inboxtest
 
 import (
@@ -31,9 +38,9 @@ type Result struct {
 }
 
 // Deliver delivers a copy of msg (UUID, metadata, payload and context) to h once.
-func Deliver(h message.HandlerFunc, msg *message.Message) Result {
+func Deliver[H Handler](h H, msg *message.Message) Result {
 	m := msg.CopyWithContext()
-	produced, err := h(m)
+	produced, err := HandlerFunc(h)(m)
 	return Result{
 		Produced:  produced,
 		Err:       err,
@@ -45,7 +52,8 @@ func Deliver(h message.HandlerFunc, msg *message.Message) Result {
 // DeliverConcurrently delivers n copies of msg to h at the same time, as consumers
 // racing after a rebalance would, and returns their results in no particular order.
 // With the inbox, exactly one is processed unless the handler fails.
-func DeliverConcurrently(h message.HandlerFunc, msg *message.Message, n int) []Result {
+func DeliverConcurrently[H Handler](h H, msg *message.Message, n int) []Result {
+	f := HandlerFunc(h)
 	results := make([]Result, n)
 	var wg sync.WaitGroup
 	start := make(chan struct{})
@@ -54,7 +62,7 @@ func DeliverConcurrently(h message.HandlerFunc, msg *message.Message, n int) []R
 		go func() {
 			defer wg.Done()
 			<-start
-			results[i] = Deliver(h, msg)
+			results[i] = Deliver(f, msg)
 		}()
 	}
 	close(start)
@@ -68,11 +76,12 @@ var ErrInjected = errors.New("inboxtest: injected failure")
 // FailAfter wraps a handler so that its first n calls run it fully, writes included, and
 // then return ErrInjected: the inbox must roll the writes back with the key, and the next
 // delivery must process the message.
-func FailAfter(n int, h message.HandlerFunc) message.HandlerFunc {
+func FailAfter[H Handler](n int, h H) message.HandlerFunc {
+	f := HandlerFunc(h)
 	var mu sync.Mutex
 	calls := 0
 	return func(msg *message.Message) ([]*message.Message, error) {
-		produced, err := h(msg)
+		produced, err := f(msg)
 		mu.Lock()
 		defer mu.Unlock()
 		if calls++; err == nil && calls <= n {
@@ -86,8 +95,9 @@ func FailAfter(n int, h message.HandlerFunc) message.HandlerFunc {
 // killed before the ack (and before publishing the produced messages) would, and
 // delivers msg again, as the broker then does. It returns both results: the second must
 // be a duplicate that replays the first's output (with the default Replay mode).
-func CrashAfterCommit(h message.HandlerFunc, msg *message.Message) (first, redelivery Result) {
-	return Deliver(h, msg), Deliver(h, msg)
+func CrashAfterCommit[H Handler](h H, msg *message.Message) (first, redelivery Result) {
+	f := HandlerFunc(h)
+	return Deliver(f, msg), Deliver(f, msg)
 }
 
 // FailingPublisher is a message.Publisher that fails its first Failures calls to Publish

@@ -26,10 +26,15 @@ type wallet struct {
 	pool  *pgxpool.Pool
 	table string
 	ib    *inbox.Inbox
+	store *inbox.PostgresStore
 	calls atomic.Int32
 }
 
-func newWallet(t *testing.T) *wallet {
+func newWallet(t *testing.T) *wallet { return newWalletFor(t, "billing") }
+
+// newWalletFor is newWallet with an inbox whose Config.Consumer is consumer; "" leaves
+// the consumer to the Router's handler name, as in production.
+func newWalletFor(t *testing.T, consumer string) *wallet {
 	t.Helper()
 	dsn := os.Getenv("INBOX_POSTGRES_DSN")
 	if dsn == "" {
@@ -52,12 +57,13 @@ func newWallet(t *testing.T) *wallet {
 	store, err := inbox.NewPostgresStore(pool, inbox.PostgresConfig{Table: "inboxtest_" + suffix})
 	require.NoError(t, err)
 	require.NoError(t, store.CreateSchema(ctx))
+	w.store = store
 	_, err = pool.Exec(ctx, `CREATE TABLE `+w.table+` (cents bigint NOT NULL); INSERT INTO `+w.table+` VALUES (0)`)
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		_, _ = pool.Exec(ctx, `DROP TABLE IF EXISTS `+w.table+`, inboxtest_`+suffix+`, inboxtest_`+suffix+`_attempts`)
 	})
-	w.ib, err = inbox.New(inbox.Config{Store: store, Consumer: "billing"})
+	w.ib, err = inbox.New(inbox.Config{Store: store, Consumer: consumer})
 	require.NoError(t, err)
 	return w
 }

@@ -1,0 +1,4 @@
+CREATE TABLE wallets (
+    id    bigint PRIMARY KEY,
+    cents bigint NOT NULL DEFAULT 0
+);
