@@ -42,7 +42,12 @@ type PostgresConfig struct {
 
 // PostgresStore is a Store on PostgreSQL through pgx. Handlers get a pgx.Tx from
 // TxFromContext. A pgx transaction does not roll back when its context is cancelled:
-// the middleware rolls back itself, with a context that cannot be cancelled.
+// the middleware rolls back itself, with a context that cannot be cancelled. Over a
+// single *pgx.Conn, note pgx's own rule: it closes the connection when a BEGIN or a
+// COMMIT fails because the context ended as it was sent, or when a statement is
+// cancelled midway. The store and the middleware never start one on a context that has
+// ended, but at that instant the connection is lost (nothing is applied twice: the
+// message comes again) and the application must connect again; a pool does that itself.
 //
 // Over a *pgxpool.Pool or a *pgx.Conn, at READ COMMITTED, a claim costs one round trip:
 // the key's INSERT travels with the BEGIN, in one simple-protocol query, with the key
@@ -142,6 +147,11 @@ func (s *PostgresStore) CreateSchema(ctx context.Context) error {
 
 // Claim implements Store.
 func (s *PostgresStore) Claim(ctx context.Context, rec Record) (Claim, error) {
+	// pgx closes a connection whose BEGIN fails for any reason but a server error, a
+	// context that already ended included: that would kill a *pgx.Conn handle.
+	if err := ctx.Err(); err != nil {
+		return Claim{}, s.wrap("beginning the transaction", err)
+	}
 	if s.folded != nil {
 		return s.folded.claim(ctx, rec)
 	}
