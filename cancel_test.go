@@ -193,4 +193,3 @@ func (r *reconnectingStore) reconnectIfClosed() {
 		r.conn, r.Store = r.open()
 	}
 }
-
