@@ -295,7 +295,8 @@ func (s *PostgresStore) attemptDB(ctx context.Context) (PgxDB, func(), error) {
 // attemptConnErr explains a second connection that did not come for an attempt count.
 func attemptConnErr(ctx context.Context, err error, fix string) error {
 	if ctx.Err() != nil {
-		return fmt.Errorf("inbox: counting the attempt: waiting for a second connection: %w", err)
+		return fmt.Errorf("inbox: counting the attempt: %w: the message context ended while waiting for a second connection of the pool, whose first the joined transaction holds; %s, or set MaxAttempts to 0: %w",
+			ErrAttemptsNeedConn, fix, err)
 	}
 	return fmt.Errorf("inbox: counting the attempt: %w: no second connection of the pool came free within %v while the joined transaction holds one; %s, or set MaxAttempts to 0: %w",
 		ErrAttemptsNeedConn, AttemptConnWait, fix, err)
