@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/watermill-inbox/inbox"
+	"github.com/watermill-inbox/inbox/redisstore"
 )
 
 // storeFlavours lists every store the conformance suite runs against.
@@ -20,6 +21,7 @@ func storeFlavours() []storeFlavour {
 		// REPEATABLE READ, the session's level: the same verdicts, one round trip less.
 		mysqlFlavour("mariadb-session-isolation", mariaDB, inbox.MySQLConfig{SessionIsolation: true}),
 		mysqlFlavour("mysql", mysqlDB, inbox.MySQLConfig{}),
+		redisFlavour(),
 	}
 }
 
@@ -31,6 +33,10 @@ func endTx(t *testing.T, ctx context.Context) error {
 	}
 	if tx, ok := inbox.TxFromContext[*sql.Tx](ctx); ok {
 		return tx.Commit()
+	}
+	if tx, ok := inbox.TxFromContext[*redisstore.Tx](ctx); ok {
+		_, _ = tx.Exec(ctx) // ends it and says so; the handler returns nil as with the others
+		return nil
 	}
 	return fmt.Errorf("no transaction in the context")
 }

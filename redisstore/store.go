@@ -1,0 +1,272 @@
+package redisstore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	_ "embed"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/watermill-inbox/inbox"
+)
+
+var (
+	//go:embed lua/claim.lua
+	claimLua string
+	//go:embed lua/commit.lua
+	commitLua string
+	//go:embed lua/release.lua
+	releaseLua string
+	//go:embed lua/attempt.lua
+	attemptLua string
+
+	claimScript   = redis.NewScript(claimLua)
+	commitScript  = redis.NewScript(commitLua)
+	releaseScript = redis.NewScript(releaseLua)
+	attemptScript = redis.NewScript(attemptLua)
+)
+
+// maxBlock bounds one BLPOP of a waiting duplicate, below go-redis's default 3s read
+// timeout (a BLPOP sent with Process gets no longer read deadline); the wait then goes
+// on with another claim attempt and another BLPOP.
+const maxBlock = time.Second
+
+// Store is an inbox.Store on Redis: see the package doc.
+type Store struct {
+	client redis.UniversalClient
+	cfg    Config
+	slots  bool // check the handler's keys' slots at commit
+	block  time.Duration
+
+	mu       sync.Mutex
+	commands map[string]*redis.CommandInfo // from COMMAND, for checking queued commands
+}
+
+var _ inbox.Store = (*Store)(nil)
+
+// New returns a Store on client: a *redis.Client, a *redis.ClusterClient (all keys of a
+// claim share a hash slot), or another redis.UniversalClient. It fails when cfg is
+// invalid, naming the field and what to do. It does not contact Redis: inbox.New does,
+// through Verify.
+func New(client redis.UniversalClient, cfg Config) (*Store, error) {
+	if client == nil {
+		return nil, errors.New("redisstore: invalid config: the client is nil: pass a *redis.Client or *redis.ClusterClient")
+	}
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("redisstore: invalid config: %w", err)
+	}
+	s := &Store{client: client, cfg: cfg, slots: cfg.CheckSlots, block: maxBlock}
+	var readTimeout time.Duration
+	switch c := client.(type) {
+	case *redis.ClusterClient:
+		s.slots = true
+		readTimeout = c.Options().ReadTimeout
+	case *redis.Client:
+		readTimeout = c.Options().ReadTimeout
+	}
+	if readTimeout > 0 && readTimeout/2 < s.block {
+		s.block = max(readTimeout/2, time.Millisecond)
+	}
+	return s, nil
+}
+
+// Claim implements inbox.Store. It runs one script (one round trip) that reports a
+// committed key as a duplicate, or takes the key's lease. A lease another delivery holds
+// makes it wait, blocked on the key's release list, for that delivery to commit or
+// release, or for the lease to expire, at most Config.Wait.
+func (s *Store) Claim(ctx context.Context, rec inbox.Record) (inbox.Claim, error) {
+	k := s.keys(rec.Consumer, rec.Key)
+	if err := s.checkTag(k); err != nil {
+		return inbox.Claim{}, err
+	}
+	owner := randomToken()
+	start := time.Now()
+	for {
+		res, err := claimScript.Run(ctx, s.client, []string{k.name(kindDone), k.name(kindLease), k.name(kindFence), k.name(kindWaiters)},
+			owner, ms(s.cfg.Lease), ms(s.cfg.Retention)).Slice()
+		if err != nil {
+			return s.claimFailed(ctx, rec, k, err)
+		}
+		status, _ := res[0].(int64)
+		switch status {
+		case 1:
+			return inbox.Claim{Duplicate: true, Fingerprint: bulk(res[1]), Output: bulk(res[2])}, nil
+		case 0:
+			fence, _ := res[1].(int64)
+			return inbox.Claim{Tx: s.newTx(rec, k, strconv.FormatInt(fence, 10)+":"+owner, fence)}, nil
+		}
+		left := s.cfg.Wait - time.Since(start)
+		if left <= 0 {
+			return inbox.Claim{}, fmt.Errorf("redisstore: waited %v for the delivery holding the key's lease: %w (raise Config.Wait, or Config.Lease if handlers are slow)",
+				s.cfg.Wait, inbox.ErrContended)
+		}
+		block := min(left, s.block)
+		if ttl, _ := res[1].(int64); ttl > 0 {
+			block = min(block, time.Duration(ttl+1)*time.Millisecond) // a dead holder's lease expires
+		}
+		cmd := redis.NewStringSliceCmd(ctx, "blpop", k.name(kindRelease), strconv.FormatFloat(max(block.Seconds(), 0.001), 'f', 3, 64))
+		if err := s.client.Process(ctx, cmd); err != nil && !errors.Is(err, redis.Nil) {
+			return s.claimFailed(ctx, rec, k, err)
+		}
+	}
+}
+
+// checkTag refuses a hash tag that would not keep the claim's keys in one slot.
+func (s *Store) checkTag(k claimKeys) error {
+	if k.tag == "" || containsBrace(k.tag) {
+		return fmt.Errorf("redisstore: Config.HashTag returned %q: return a non-empty tag without '{' or '}'", k.tag)
+	}
+	return nil
+}
+
+func containsBrace(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] == '{' || s[i] == '}' {
+			return true
+		}
+	}
+	return false
+}
+
+// claimFailed returns the error of a claim Redis did not answer, or, with
+// DangerouslyProcessWithoutDedupWhenUnreachable and an unreachable Redis, a claim that
+// lets the handler run without deduplication.
+func (s *Store) claimFailed(ctx context.Context, rec inbox.Record, k claimKeys, err error) (inbox.Claim, error) {
+	if !unreachable(err) {
+		return inbox.Claim{}, fmt.Errorf("redisstore: claiming the key: %w", err)
+	}
+	if !s.cfg.DangerouslyProcessWithoutDedupWhenUnreachable {
+		return inbox.Claim{}, fmt.Errorf("redisstore: claiming the key: %w, so the message is not processed: %w", ErrUnreachable, err)
+	}
+	s.cfg.Logger.Error("redisstore: Redis is unreachable: processing the message WITHOUT deduplication (DangerouslyProcessWithoutDedupWhenUnreachable)",
+		err, watermill.LogFields{"consumer": rec.Consumer, "key": rec.Key})
+	tx := s.newTx(rec, k, "", 0)
+	tx.degraded = true
+	return inbox.Claim{Tx: tx}, nil
+}
+
+// ClaimIn implements inbox.Store: it returns an error wrapping ErrNoJoin, as Redis has no
+// transaction a caller could hand over.
+func (s *Store) ClaimIn(context.Context, any, inbox.Record) (inbox.Claim, error) {
+	return inbox.Claim{}, fmt.Errorf("redisstore: %w: remove the transaction from the message context (inbox.ContextWithTx)", ErrNoJoin)
+}
+
+// StartAttempt implements inbox.Store, with a counter next to the key that expires with
+// Config.Retention.
+func (s *Store) StartAttempt(ctx context.Context, consumer, key string) (int, error) {
+	n, err := s.attempt(ctx, consumer, key, "1")
+	if err != nil {
+		return 0, fmt.Errorf("redisstore: counting the attempt: %w", err)
+	}
+	return n, nil
+}
+
+// EndAttempt implements inbox.Store.
+func (s *Store) EndAttempt(ctx context.Context, consumer, key string) error {
+	if _, err := s.attempt(ctx, consumer, key, "0"); err != nil {
+		return fmt.Errorf("redisstore: ending the attempt: %w", err)
+	}
+	return nil
+}
+
+func (s *Store) attempt(ctx context.Context, consumer, key, start string) (int, error) {
+	k := s.keys(consumer, inbox.StorableKey(key))
+	n, err := attemptScript.Run(ctx, s.client, []string{k.name(kindAttempts)}, ms(s.cfg.Retention), start).Int()
+	return n, err
+}
+
+// Forget implements inbox.Store: it deletes the key and its attempt count. A delivery
+// holding the key's lease keeps it and may still commit.
+func (s *Store) Forget(ctx context.Context, consumer, key string) (bool, error) {
+	k := s.keys(consumer, inbox.StorableKey(key))
+	pipe := s.client.Pipeline()
+	done := pipe.Del(ctx, k.name(kindDone))
+	pipe.Del(ctx, k.name(kindAttempts))
+	if _, err := pipe.Exec(ctx); err != nil {
+		return false, fmt.Errorf("redisstore: forgetting the key: %w", err)
+	}
+	return done.Val() > 0, nil
+}
+
+// PurgeBatch implements inbox.Store and does nothing: Redis expires keys after
+// Config.Retention by itself. It returns 0, so inbox.Purge and PurgeEvery stop at once.
+func (s *Store) PurgeBatch(context.Context, time.Time, int) (int64, error) { return 0, nil }
+
+// Verify implements inbox.Store. Redis has no schema: it checks that Redis answers,
+// loads the scripts (so that claims run them by SHA, in one round trip) and reads the
+// command table the commit checks queued commands against. With
+// DangerouslyProcessWithoutDedupWhenUnreachable, an unreachable Redis is logged, not
+// returned, so the consumer starts.
+func (s *Store) Verify(ctx context.Context) error {
+	err := s.forEachPrimary(ctx, func(ctx context.Context, c redis.Cmdable) error {
+		for _, script := range []*redis.Script{claimScript, commitScript, releaseScript, attemptScript} {
+			if err := script.Load(ctx, c).Err(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err == nil {
+		_, err = s.commandTable(ctx)
+	}
+	if err != nil && unreachable(err) && s.cfg.DangerouslyProcessWithoutDedupWhenUnreachable {
+		s.cfg.Logger.Error("redisstore: Redis is unreachable at start: messages will be processed WITHOUT deduplication until it is back", err, nil)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("redisstore: checking Redis: %w", err)
+	}
+	return nil
+}
+
+// commandTable returns the server's command table, read once.
+func (s *Store) commandTable(ctx context.Context) (map[string]*redis.CommandInfo, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.commands != nil {
+		return s.commands, nil
+	}
+	cmds, err := s.client.Command(ctx).Result()
+	if err != nil {
+		return nil, err
+	}
+	s.commands = cmds
+	return cmds, nil
+}
+
+// forEachPrimary runs fn on every primary: the client itself unless it is a Cluster or
+// a Ring.
+func (s *Store) forEachPrimary(ctx context.Context, fn func(ctx context.Context, c redis.Cmdable) error) error {
+	switch c := s.client.(type) {
+	case *redis.ClusterClient:
+		return c.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return fn(ctx, c) })
+	case *redis.Ring:
+		return c.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error { return fn(ctx, c) })
+	}
+	return fn(ctx, s.client)
+}
+
+func ms(d time.Duration) int64 { return d.Milliseconds() }
+
+// bulk returns a script's bulk reply as bytes, nil for a nil reply.
+func bulk(v any) []byte {
+	if s, ok := v.(string); ok {
+		return []byte(s)
+	}
+	return nil
+}
+
+func randomToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
