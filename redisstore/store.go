@@ -270,3 +270,6 @@ func randomToken() string {
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
 }
+
+// Config returns the store's configuration, with the defaults applied.
+func (s *Store) Config() Config { return s.cfg }
