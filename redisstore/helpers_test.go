@@ -185,3 +185,5 @@ func findFreePort() (int, error) {
 	}
 	return 0, errors.New("no free loopback port")
 }
+
+func (s *server) addrPort() string { return strconv.Itoa(s.port) }
