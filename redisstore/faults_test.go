@@ -178,4 +178,3 @@ func TestDedupRepository(t *testing.T) {
 	require.NoError(t, err, "dropped as a duplicate")
 	require.Equal(t, 1, calls)
 }
-
