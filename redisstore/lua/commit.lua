@@ -22,9 +22,10 @@ for c = 1, tonumber(ARGV[8]) do
   i = i + 1 + argc
 end
 local now = redis.call('TIME')
-redis.call('HSET', KEYS[1], 't', now[1] * 1000 + math.floor(now[2] / 1000))
-if ARGV[5] == '1' then redis.call('HSET', KEYS[1], 'f', ARGV[4]) end
-if ARGV[7] == '1' then redis.call('HSET', KEYS[1], 'o', ARGV[6]) end
+local fields = {'t', now[1] * 1000 + math.floor(now[2] / 1000)}
+if ARGV[5] == '1' then fields[#fields + 1] = 'f'; fields[#fields + 1] = ARGV[4] end
+if ARGV[7] == '1' then fields[#fields + 1] = 'o'; fields[#fields + 1] = ARGV[6] end
+redis.call('HSET', KEYS[1], unpack(fields))
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 redis.call('DEL', KEYS[2])
 local waiters = tonumber(redis.call('GET', KEYS[3]) or '0')
