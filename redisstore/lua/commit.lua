@@ -7,8 +7,12 @@
 -- 6 output, 7 '1' if there is one, 8 number of commands, then per command its argument
 -- count and its arguments.
 -- Returns {0} when the lease is lost (nothing applied), else {1, errors...}: the commands
--- that failed at run time (Redis rolls nothing back, so the others are applied).
+-- that failed at run time (Redis rolls nothing back, so the others are applied). A retry
+-- of a commit that ran returns {1}: the key keeps the lease token that committed it.
 if redis.call('GET', KEYS[2]) ~= ARGV[1] then
+  if redis.call('HGET', KEYS[1], 'k') == ARGV[1] then
+    return {1} -- a retry (go-redis retries on a broken connection) of a commit that ran
+  end
   return {0}
 end
 local result = {1}
@@ -22,7 +26,7 @@ for c = 1, tonumber(ARGV[8]) do
   i = i + 1 + argc
 end
 local now = redis.call('TIME')
-local fields = {'t', now[1] * 1000 + math.floor(now[2] / 1000)}
+local fields = {'t', now[1] * 1000 + math.floor(now[2] / 1000), 'k', ARGV[1]}
 if ARGV[5] == '1' then fields[#fields + 1] = 'f'; fields[#fields + 1] = ARGV[4] end
 if ARGV[7] == '1' then fields[#fields + 1] = 'o'; fields[#fields + 1] = ARGV[6] end
 redis.call('HSET', KEYS[1], unpack(fields))
