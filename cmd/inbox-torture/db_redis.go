@@ -34,7 +34,9 @@ func openRedis(ctx context.Context, o options, worker bool) (*redisDB, error) {
 	r := &redisDB{run: o.run, name: "inbox-torture-" + o.run}
 	opts := &redis.Options{Addr: o.dsn, ClientName: "inbox-torture-parent", PoolSize: 4}
 	if worker {
-		opts.ClientName, opts.PoolSize = r.name, o.concurrency*2+2
+		// No retries: a killed connection fails the claim, the BLPOP or the commit, and
+		// the message is nacked, instead of go-redis resending the script.
+		opts.ClientName, opts.PoolSize, opts.MaxRetries = r.name, o.concurrency*2+2, -1
 	}
 	r.client = redis.NewClient(opts)
 	if err := r.client.Ping(ctx).Err(); err != nil {
