@@ -29,8 +29,8 @@ type Config struct {
 
 	// Lease is how long a claim holds its key while the handler runs: choose it longer
 	// than the slowest handler. A handler that outlives it loses the claim: another
-	// delivery may take the key, and the late commit is refused with ErrLeaseLost,
-	// nothing applied, so the message is nacked. A process that dies holds the key until
+	// delivery may take the key, and then the late commit is refused with ErrLeaseLost,
+	// nothing applied, so the message is nacked (if none did, it commits). A process that dies holds the key until
 	// the lease expires; the redelivery then processes it. Leases follow Redis's wall
 	// clock. Defaults to DefaultLease, 30s.
 	Lease time.Duration

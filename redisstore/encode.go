@@ -24,7 +24,7 @@ func (s *Store) encode(ctx context.Context, k claimKeys, cmds []redis.Cmder) ([]
 	}
 	var argv []any
 	var keys []string
-	slot := Slot(k.name(kindDone))
+	slot := Slot(k.name(kindClaim))
 	for i, cmd := range cmds {
 		args := cmd.Args()
 		name := strings.ToLower(fmt.Sprint(args[0]))

@@ -11,9 +11,9 @@ import (
 // Errors the store returns, wrapped with what it was doing. Match them with errors.Is.
 var (
 	// ErrLeaseLost means a commit was refused because the claim's lease had expired (the
-	// handler outlived Config.Lease) and another delivery may have taken the key.
-	// Nothing the handler queued was applied; the message is nacked and its redelivery
-	// is a duplicate or processes once.
+	// handler outlived Config.Lease) and another delivery took the key. Nothing the
+	// handler queued was applied; the message is nacked and its redelivery is a
+	// duplicate or processes once.
 	ErrLeaseLost = errors.New("the claim's lease expired before the commit")
 
 	// ErrCrossSlot means a command the handler queued touches a key outside the claim's

@@ -10,23 +10,19 @@ import (
 // Every key of one claim carries one hash tag, so that on Redis Cluster they all live in
 // one slot and each script touches a single slot:
 //
-//	<prefix>d:{<tag>}:<n>:<consumer>:<key>   the committed key: a hash of t (ms), f, o
-//	<prefix>l:{<tag>}:...                    the lease: "<fence>:<owner token>", PX lease
-//	<prefix>n:{<tag>}:...                    the fencing counter
+//	<prefix>c:{<tag>}:<n>:<consumer>:<key>   the claim: a hash of t (ms), f, o, k once
+//	                                         committed; l (lease token), e (its expiry),
+//	                                         n (fence counter), w (waiters) while claimed
 //	<prefix>a:{<tag>}:...                    the attempt count (MaxAttempts)
-//	<prefix>w:{<tag>}:...                    how many deliveries wait for the lease
-//	<prefix>r:{<tag>}:...                    the release list those waiters block on
+//	<prefix>r:{<tag>}:...                    the release list waiters block on
 //
 // <n> is the consumer name's length in bytes, so that consumer "a:b" with key "c" and
 // consumer "a" with key "b:c" never share a key. The tag is Config.HashTag's result.
 
 // Key kinds.
 const (
-	kindDone     = "d"
-	kindLease    = "l"
-	kindFence    = "n"
+	kindClaim    = "c"
 	kindAttempts = "a"
-	kindWaiters  = "w"
 	kindRelease  = "r"
 )
 
@@ -59,9 +55,9 @@ func DefaultHashTag(consumer, key string) string {
 	return tag
 }
 
-// parseConsumer returns the consumer of a done key named by claimKeys, for Stats.
+// parseConsumer returns the consumer of a claim key named by claimKeys, for Stats.
 func parseConsumer(prefix, name string) (string, bool) {
-	rest, ok := strings.CutPrefix(name, prefix+kindDone+":{")
+	rest, ok := strings.CutPrefix(name, prefix+kindClaim+":{")
 	if !ok {
 		return "", false
 	}

@@ -39,7 +39,7 @@ func TestScriptsAreIdempotentUnderRetries(t *testing.T) {
 	s, err := New(client, Config{Prefix: prefix})
 	require.NoError(t, err)
 	k := s.keys("billing", "order-1")
-	claimKeys := []string{k.name(kindDone), k.name(kindLease), k.name(kindFence), k.name(kindWaiters)}
+	claimKeys := []string{k.name(kindClaim)}
 	claim := func(owner string) []any {
 		res, err := claimScript.Run(ctx, client, claimKeys, owner, ms(s.cfg.Lease), ms(s.cfg.Retention)).Slice()
 		require.NoError(t, err)
@@ -56,7 +56,7 @@ func TestScriptsAreIdempotentUnderRetries(t *testing.T) {
 	argv, _, err := s.encode(ctx, k, cmds)
 	require.NoError(t, err)
 	args := append([]any{tx.token, ms(s.cfg.Retention), ms(s.cfg.Lease), nil, "0", nil, "0", len(cmds)}, argv...)
-	keys := []string{k.name(kindDone), k.name(kindLease), k.name(kindWaiters), k.name(kindRelease)}
+	keys := []string{k.name(kindClaim), k.name(kindRelease)}
 	for range 2 {
 		res, err := s.runCommit(ctx, keys, args)
 		require.NoError(t, err)

@@ -24,7 +24,7 @@ func (s *Store) Stats(ctx context.Context) ([]inbox.ConsumerStats, error) {
 	var mu sync.Mutex
 	byConsumer := map[string]*inbox.ConsumerStats{}
 	err := s.forEachPrimary(ctx, func(ctx context.Context, c redis.Cmdable) error {
-		iter := c.ScanType(ctx, 0, globEscape(s.cfg.Prefix+kindDone+":{")+"*", statsBatch, "hash").Iterator()
+		iter := c.ScanType(ctx, 0, globEscape(s.cfg.Prefix+kindClaim+":{")+"*", statsBatch, "hash").Iterator()
 		var batch []string
 		flush := func() error {
 			pipe := c.Pipeline()

@@ -91,8 +91,7 @@ func (s *Store) Claim(ctx context.Context, rec inbox.Record) (inbox.Claim, error
 	owner := randomToken()
 	start := time.Now()
 	for {
-		res, err := claimScript.Run(ctx, s.client, []string{k.name(kindDone), k.name(kindLease), k.name(kindFence), k.name(kindWaiters)},
-			owner, ms(s.cfg.Lease), ms(s.cfg.Retention)).Slice()
+		res, err := claimScript.Run(ctx, s.client, []string{k.name(kindClaim)}, owner, ms(s.cfg.Lease), ms(s.cfg.Retention)).Slice()
 		if err != nil {
 			return s.claimFailed(ctx, rec, k, err)
 		}
@@ -184,12 +183,12 @@ func (s *Store) attempt(ctx context.Context, consumer, key, start string) (int, 
 	return n, err
 }
 
-// Forget implements inbox.Store: it deletes the key and its attempt count. A delivery
-// holding the key's lease keeps it and may still commit.
+// Forget implements inbox.Store: it deletes the key (what its commit stored; the fence
+// counter stays, so fences keep growing) and its attempt count.
 func (s *Store) Forget(ctx context.Context, consumer, key string) (bool, error) {
 	k := s.keys(consumer, inbox.StorableKey(key))
 	pipe := s.client.Pipeline()
-	done := pipe.Del(ctx, k.name(kindDone))
+	done := pipe.HDel(ctx, k.name(kindClaim), "t", "f", "o", "k")
 	pipe.Del(ctx, k.name(kindAttempts))
 	if _, err := pipe.Exec(ctx); err != nil {
 		return false, fmt.Errorf("redisstore: forgetting the key: %w", err)

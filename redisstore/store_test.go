@@ -227,3 +227,22 @@ func TestQueuedCommands(t *testing.T) {
 		require.Equal(t, "1", client.Get(ctx, tagged).Val())
 	})
 }
+
+// A lease that expired while nobody else claimed the key still commits: no other
+// delivery applied anything.
+func TestExpiredLeaseNotTakenOverCommits(t *testing.T) {
+	t.Parallel()
+	client := sharedClient(t)
+	store, ib := newStore(t, client, redisstore.Config{Lease: 50 * time.Millisecond})
+	counter := store.Config().Prefix + "counter"
+	ctx := context.Background()
+	_, err := ib.Process(ctx, "billing", "order-1", func(ctx context.Context) error {
+		time.Sleep(200 * time.Millisecond)
+		return incr(ctx, counter)
+	})
+	require.NoError(t, err)
+	require.Equal(t, "1", client.Get(ctx, counter).Val())
+	dup, err := ib.Process(ctx, "billing", "order-1", func(ctx context.Context) error { return incr(ctx, counter) })
+	require.NoError(t, err)
+	require.True(t, dup)
+}

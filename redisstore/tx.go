@@ -131,14 +131,14 @@ func (t *Tx) Commit(ctx context.Context, output []byte) error {
 	s := t.store
 	args := append([]any{t.token, ms(s.cfg.Retention), ms(s.cfg.Lease),
 		t.rec.Fingerprint, flag(t.rec.Fingerprint != nil), output, flag(output != nil), len(cmds)}, argv...)
-	keys = append([]string{t.keys.name(kindDone), t.keys.name(kindLease), t.keys.name(kindWaiters), t.keys.name(kindRelease)}, keys...)
+	keys = append([]string{t.keys.name(kindClaim), t.keys.name(kindRelease)}, keys...)
 	res, err := s.runCommit(ctx, keys, args)
 	if err != nil {
 		return fmt.Errorf("redisstore: committing: %w", err)
 	}
 	t.finished = true
 	if status, _ := res[0].(int64); status == 0 {
-		return fmt.Errorf("redisstore: commit refused, nothing applied (raise Config.Lease above the slowest handler): %w", ErrLeaseLost)
+		return fmt.Errorf("redisstore: commit refused, nothing applied: another delivery took the key (raise Config.Lease above the slowest handler): %w", ErrLeaseLost)
 	}
 	if len(res) > 1 {
 		failed := make([]string, 0, len(res)-1)
@@ -161,7 +161,7 @@ func (t *Tx) Rollback(ctx context.Context) error {
 	}
 	t.finished = true
 	ctx = context.WithoutCancel(ctx)
-	err := releaseScript.Run(ctx, t.store.client, []string{t.keys.name(kindLease), t.keys.name(kindWaiters), t.keys.name(kindRelease)},
+	err := releaseScript.Run(ctx, t.store.client, []string{t.keys.name(kindClaim), t.keys.name(kindRelease)},
 		t.token, ms(t.store.cfg.Lease)).Err()
 	if err != nil {
 		return fmt.Errorf("redisstore: releasing the lease (it expires after Config.Lease): %w", err)
@@ -184,8 +184,8 @@ func (s *Store) commitWithoutLease(ctx context.Context, t *Tx, cmds []redis.Cmde
 	if output != nil {
 		fields = append(fields, "o", output)
 	}
-	pipe.HSet(ctx, t.keys.name(kindDone), fields...)
-	pipe.PExpire(ctx, t.keys.name(kindDone), s.cfg.Retention)
+	pipe.HSet(ctx, t.keys.name(kindClaim), fields...)
+	pipe.PExpire(ctx, t.keys.name(kindClaim), s.cfg.Retention)
 	_, err := pipe.Exec(ctx)
 	switch {
 	case err == nil:

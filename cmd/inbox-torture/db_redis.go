@@ -129,10 +129,15 @@ func (r *redisDB) ledger(ctx context.Context) (ledgerState, error) {
 		}
 		s.balances[account] = balance
 	}
-	// The inbox keys: <prefix>d:{<tag>}:<n>:<consumer>:<key>.
-	iter := r.client.ScanType(ctx, 0, r.run+":inbox:d:*", 1000, "hash").Iterator()
+	// The inbox keys: <prefix>c:{<tag>}:<n>:<consumer>:<key>, committed when they have t.
+	iter := r.client.ScanType(ctx, 0, r.run+":inbox:c:*", 1000, "hash").Iterator()
 	for iter.Next(ctx) {
 		name := iter.Val()
+		if committed, err := r.client.HExists(ctx, name, "t").Result(); err != nil {
+			return s, err
+		} else if !committed {
+			continue // claimed and rolled back, never committed
+		}
 		_, rest, _ := strings.Cut(name, "}:")
 		_, rest, _ = strings.Cut(rest, ":")
 		if key, ok := strings.CutPrefix(rest, consumer+":"); ok {

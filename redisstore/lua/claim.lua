@@ -1,26 +1,30 @@
--- Claim one key: report a committed key, or a lease another delivery holds, or take the
--- lease with a fresh fencing token.
--- KEYS: 1 done, 2 lease, 3 fence counter, 4 waiter count
+-- Claim one key. Everything about a claim lives in one hash, the claim key: t, f, o, k
+-- once committed (time, fingerprint, output, the committing lease token); l, e, n, w
+-- while claimed (the lease token "<fence>:<owner>", its expiry in server ms, the fence
+-- counter, the waiter count).
+-- KEYS: 1 claim key
 -- ARGV: 1 owner token (random), 2 lease ms, 3 retention ms
 -- Returns {1, fingerprint|nil, output|nil} for a committed key, {2, lease ms left} for a
 -- held one (the caller is counted as a waiter), {0, fence} for a new claim, or for a
--- retried claim whose lease this owner already holds.
-local done = redis.call('HMGET', KEYS[1], 't', 'f', 'o')
-if done[1] then
-  return {1, done[2], done[3]}
+-- retried claim (go-redis resends on a broken connection) whose lease this owner holds.
+local h = redis.call('HMGET', KEYS[1], 't', 'f', 'o', 'l', 'e', 'n')
+if h[1] then
+  return {1, h[2], h[3]}
 end
-local held = redis.call('GET', KEYS[2])
-if held then
-  local fence, owner = string.match(held, '^(%d+):(.*)$')
+local now = redis.call('TIME')
+local ms = now[1] * 1000 + math.floor(now[2] / 1000)
+if h[4] then
+  local fence, owner = string.match(h[4], '^(%d+):(.*)$')
   if owner == ARGV[1] then
-    return {0, tonumber(fence)} -- a retry (go-redis retries on a broken connection): ours
+    return {0, tonumber(fence)}
   end
-  local ttl = redis.call('PTTL', KEYS[2])
-  redis.call('INCR', KEYS[4])
-  redis.call('PEXPIRE', KEYS[4], ARGV[2])
-  return {2, ttl}
+  local left = tonumber(h[5]) - ms
+  if left > 0 then
+    redis.call('HINCRBY', KEYS[1], 'w', 1)
+    return {2, left}
+  end
 end
-local fence = redis.call('INCR', KEYS[3])
-redis.call('PEXPIRE', KEYS[3], ARGV[3])
-redis.call('SET', KEYS[2], fence .. ':' .. ARGV[1], 'PX', ARGV[2])
+local fence = tonumber(h[6] or '0') + 1
+redis.call('HSET', KEYS[1], 'l', fence .. ':' .. ARGV[1], 'e', ms + tonumber(ARGV[2]), 'n', fence)
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return {0, fence}
