@@ -10,9 +10,10 @@ import (
 // Every key of one claim carries one hash tag, so that on Redis Cluster they all live in
 // one slot and each script touches a single slot:
 //
-//	<prefix>c:{<tag>}:<n>:<consumer>:<key>   the claim: a hash of t (ms), f, o, k once
-//	                                         committed; l (lease token), e (its expiry),
-//	                                         n (fence counter), w (waiters) while claimed
+//	<prefix>c:{<tag>}:<n>:<consumer>:<key>   the claim: a hash of t (ms), f, o, k (the
+//	                                         lease token that committed) once committed;
+//	                                         n (fence counter) and w (waiters)
+//	<prefix>l:{<tag>}:...                    the lease: the holder's random token, PX Lease
 //	<prefix>a:{<tag>}:...                    the attempt count (MaxAttempts)
 //	<prefix>r:{<tag>}:...                    the release list waiters block on
 //
@@ -22,6 +23,7 @@ import (
 // Key kinds.
 const (
 	kindClaim    = "c"
+	kindLease    = "l"
 	kindAttempts = "a"
 	kindRelease  = "r"
 )

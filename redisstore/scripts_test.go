@@ -13,8 +13,9 @@ import (
 	"github.com/watermill-inbox/inbox"
 )
 
-// go-redis resends a command whose connection broke (MaxRetries), so a script may run
-// twice for one call: both must give the answer of the first run.
+// go-redis resends a command whose connection broke (MaxRetries), so the claim pipeline
+// or the commit script may run twice for one call: both must give the answer of the
+// first run.
 func TestScriptsAreIdempotentUnderRetries(t *testing.T) {
 	addr := os.Getenv("INBOX_REDIS_ADDR")
 	if addr == "" {
@@ -39,31 +40,32 @@ func TestScriptsAreIdempotentUnderRetries(t *testing.T) {
 	s, err := New(client, Config{Prefix: prefix})
 	require.NoError(t, err)
 	k := s.keys("billing", "order-1")
-	claimKeys := []string{k.name(kindClaim)}
-	claim := func(owner string) []any {
-		res, err := claimScript.Run(ctx, client, claimKeys, owner, ms(s.cfg.Lease), ms(s.cfg.Retention)).Slice()
+	claim := func(owner string) verdict {
+		v, err := s.tryClaim(ctx, k, owner, false)
 		require.NoError(t, err)
-		return res
+		return v
 	}
 	first := claim("owner-a")
-	require.Equal(t, []any{int64(0), int64(1)}, first)
-	require.Equal(t, first, claim("owner-a"), "a retried claim gets its own lease back")
-	require.EqualValues(t, 2, claim("owner-b")[0], "another owner waits")
+	require.Equal(t, "", first.held, "taken")
+	again := claim("owner-a")
+	require.Equal(t, "owner-a", again.held, "a resent claim finds its own lease")
+	require.Greater(t, again.fence, first.fence, "every claim bumps the fence")
+	require.Equal(t, "owner-a", claim("owner-b").held, "another owner finds it held")
 
-	tx := s.newTx(inbox.Record{Consumer: "billing", Key: "order-1"}, k, "1:owner-a", 1)
+	tx := s.newTx(inbox.Record{Consumer: "billing", Key: "order-1"}, k, "owner-a", first.fence)
 	tx.Incr(ctx, prefix+"counter")
 	cmds, _ := tx.Pipeliner.Exec(ctx)
 	argv, _, err := s.encode(ctx, k, cmds)
 	require.NoError(t, err)
 	args := append([]any{tx.token, ms(s.cfg.Retention), ms(s.cfg.Lease), nil, "0", nil, "0", len(cmds)}, argv...)
-	keys := []string{k.name(kindClaim), k.name(kindRelease)}
+	keys := []string{k.name(kindClaim), k.name(kindLease), k.name(kindRelease)}
 	for range 2 {
 		res, err := s.runCommit(ctx, keys, args)
 		require.NoError(t, err)
 		require.Equal(t, []any{int64(1)}, res, "a retried commit reports the commit that ran")
 	}
 	require.Equal(t, "1", client.Get(ctx, prefix+"counter").Val(), "the retry applied nothing more")
-	other := append([]any{"1:owner-b"}, args[1:]...)
+	other := append([]any{"owner-b"}, args[1:]...)
 	res, err := s.runCommit(ctx, keys, other)
 	require.NoError(t, err)
 	require.Equal(t, []any{int64(0)}, res, "another token is refused")

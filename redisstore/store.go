@@ -19,8 +19,6 @@ import (
 )
 
 var (
-	//go:embed lua/claim.lua
-	claimLua string
 	//go:embed lua/commit.lua
 	commitLua string
 	//go:embed lua/release.lua
@@ -28,7 +26,6 @@ var (
 	//go:embed lua/attempt.lua
 	attemptLua string
 
-	claimScript   = redis.NewScript(claimLua)
 	commitScript  = redis.NewScript(commitLua)
 	releaseScript = redis.NewScript(releaseLua)
 	attemptScript = redis.NewScript(attemptLua)
@@ -79,29 +76,32 @@ func New(client redis.UniversalClient, cfg Config) (*Store, error) {
 	return s, nil
 }
 
-// Claim implements inbox.Store. It runs one script (one round trip) that reports a
-// committed key as a duplicate, or takes the key's lease. A lease another delivery holds
-// makes it wait, blocked on the key's release list, for that delivery to commit or
-// release, or for the lease to expire, at most Config.Wait.
+// Claim implements inbox.Store. It sends one pipeline of plain commands (one round trip,
+// no script): SET the lease key NX with PX Config.Lease (GET returns a lease held
+// already), read the committed key, and bump the fencing counter. A committed key is a
+// duplicate; a lease another delivery holds makes it wait, blocked on the key's release
+// list, for that delivery to commit or release, or for the lease to expire, at most
+// Config.Wait.
 func (s *Store) Claim(ctx context.Context, rec inbox.Record) (inbox.Claim, error) {
 	k := s.keys(rec.Consumer, rec.Key)
 	if err := s.checkTag(k); err != nil {
 		return inbox.Claim{}, err
 	}
-	owner := randomToken()
+	token := randomToken()
 	start := time.Now()
-	for {
-		res, err := claimScript.Run(ctx, s.client, []string{k.name(kindClaim)}, owner, ms(s.cfg.Lease), ms(s.cfg.Retention)).Slice()
+	for waiting := false; ; waiting = true {
+		v, err := s.tryClaim(ctx, k, token, waiting)
 		if err != nil {
 			return s.claimFailed(ctx, rec, k, err)
 		}
-		status, _ := res[0].(int64)
-		switch status {
-		case 1:
-			return inbox.Claim{Duplicate: true, Fingerprint: bulk(res[1]), Output: bulk(res[2])}, nil
-		case 0:
-			fence, _ := res[1].(int64)
-			return inbox.Claim{Tx: s.newTx(rec, k, strconv.FormatInt(fence, 10)+":"+owner, fence)}, nil
+		switch {
+		case v.done:
+			return inbox.Claim{Duplicate: true, Fingerprint: v.fingerprint, Output: v.output}, nil
+		case v.held == "" || v.held == token: // ours (or ours already: go-redis resent it)
+			return inbox.Claim{Tx: s.newTx(rec, k, token, v.fence)}, nil
+		}
+		if !waiting {
+			continue // count ourselves as a waiter, check again, then block
 		}
 		left := s.cfg.Wait - time.Since(start)
 		if left <= 0 {
@@ -109,14 +109,67 @@ func (s *Store) Claim(ctx context.Context, rec inbox.Record) (inbox.Claim, error
 				s.cfg.Wait, inbox.ErrContended)
 		}
 		block := min(left, s.block)
-		if ttl, _ := res[1].(int64); ttl > 0 {
-			block = min(block, time.Duration(ttl+1)*time.Millisecond) // a dead holder's lease expires
+		if v.ttl > 0 {
+			block = min(block, v.ttl+time.Millisecond) // a dead holder's lease expires
 		}
 		cmd := redis.NewStringSliceCmd(ctx, "blpop", k.name(kindRelease), strconv.FormatFloat(max(block.Seconds(), 0.001), 'f', 3, 64))
 		if err := s.client.Process(ctx, cmd); err != nil && !errors.Is(err, redis.Nil) {
 			return s.claimFailed(ctx, rec, k, err)
 		}
 	}
+}
+
+// verdict is what one claim pipeline found.
+type verdict struct {
+	done                bool
+	fingerprint, output []byte
+	held                string        // the lease token another delivery holds, "" if we took it
+	fence               int64         // the claim's fencing token
+	ttl                 time.Duration // the held lease's time left
+}
+
+// tryClaim sends the claim pipeline. The lease is set before the committed key is read: a
+// commit needs the lease, so a key found uncommitted after taking the lease stays so. A
+// waiting delivery first counts itself as a waiter, so that a release after this
+// pipeline wakes it.
+func (s *Store) tryClaim(ctx context.Context, k claimKeys, token string, waiting bool) (verdict, error) {
+	claimKey, lease := k.name(kindClaim), k.name(kindLease)
+	pipe := s.client.Pipeline()
+	if waiting {
+		pipe.HIncrBy(ctx, claimKey, "w", 1)
+	}
+	set := pipe.Do(ctx, "set", lease, token, "nx", "get", "px", ms(s.cfg.Lease))
+	done := pipe.HMGet(ctx, claimKey, "t", "f", "o")
+	fence := pipe.HIncrBy(ctx, claimKey, "n", 1)
+	pipe.Do(ctx, "pexpire", claimKey, ms(s.cfg.Retention), "nx") // a claim never committed expires too
+	var ttl *redis.DurationCmd
+	if waiting {
+		ttl = pipe.PTTL(ctx, lease)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return verdict{}, err
+	}
+	var v verdict
+	if held, err := set.Text(); err == nil {
+		v.held = held
+	} else if !errors.Is(err, redis.Nil) {
+		return v, err
+	}
+	fields, err := done.Result()
+	if err != nil {
+		return v, err
+	}
+	if fields[0] != nil {
+		v.done, v.fingerprint, v.output = true, bulk(fields[1]), bulk(fields[2])
+		return v, nil
+	}
+	if v.fence, err = fence.Result(); err != nil {
+		return v, err
+	}
+	if ttl != nil {
+		v.ttl = ttl.Val()
+	}
+	return v, nil
 }
 
 // checkTag refuses a hash tag that would not keep the claim's keys in one slot.
@@ -184,12 +237,14 @@ func (s *Store) attempt(ctx context.Context, consumer, key, start string) (int, 
 }
 
 // Forget implements inbox.Store: it deletes the key (what its commit stored; the fence
-// counter stays, so fences keep growing) and its attempt count.
+// counter stays, so fences keep growing), its attempt count and its lease, if any: a
+// delivery in flight then fails to commit (ErrLeaseLost) and its redelivery processes.
 func (s *Store) Forget(ctx context.Context, consumer, key string) (bool, error) {
 	k := s.keys(consumer, inbox.StorableKey(key))
 	pipe := s.client.Pipeline()
 	done := pipe.HDel(ctx, k.name(kindClaim), "t", "f", "o", "k")
 	pipe.Del(ctx, k.name(kindAttempts))
+	pipe.Del(ctx, k.name(kindLease))
 	if _, err := pipe.Exec(ctx); err != nil {
 		return false, fmt.Errorf("redisstore: forgetting the key: %w", err)
 	}
@@ -207,7 +262,7 @@ func (s *Store) PurgeBatch(context.Context, time.Time, int) (int64, error) { ret
 // returned, so the consumer starts.
 func (s *Store) Verify(ctx context.Context) error {
 	err := s.forEachPrimary(ctx, func(ctx context.Context, c redis.Cmdable) error {
-		for _, script := range []*redis.Script{claimScript, commitScript, releaseScript, attemptScript} {
+		for _, script := range []*redis.Script{commitScript, releaseScript, attemptScript} {
 			if err := script.Load(ctx, c).Err(); err != nil {
 				return err
 			}

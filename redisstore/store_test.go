@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -17,6 +18,8 @@ import (
 func TestRacingDeliveriesApplyOnce(t *testing.T) {
 	t.Parallel()
 	client := sharedClient(t)
+	blocks := &blpops{}
+	client.AddHook(blocks)
 	store, ib := newStore(t, client, redisstore.Config{})
 	counter := store.Config().Prefix + "counter"
 	ctx := context.Background()
@@ -48,6 +51,29 @@ func TestRacingDeliveriesApplyOnce(t *testing.T) {
 	n, err := client.Get(ctx, counter).Int()
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
+	require.Positive(t, blocks.woken.Load(), "the waiters blocked")
+	require.Zero(t, blocks.timedOut.Load(), "the commit woke every waiter: none waited out its BLPOP")
+}
+
+// blpops counts the BLPOPs of waiting duplicates: woken by a release, or timed out.
+type blpops struct{ woken, timedOut atomic.Int32 }
+
+func (h *blpops) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *blpops) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if cmd.Name() == "blpop" {
+			if errors.Is(err, redis.Nil) {
+				h.timedOut.Add(1)
+			} else if err == nil {
+				h.woken.Add(1)
+			}
+		}
+		return err
+	}
+}
+func (h *blpops) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }
 
 func TestLeaseExpiredMidHandlerRefusesTheCommit(t *testing.T) {

@@ -131,7 +131,7 @@ func (t *Tx) Commit(ctx context.Context, output []byte) error {
 	s := t.store
 	args := append([]any{t.token, ms(s.cfg.Retention), ms(s.cfg.Lease),
 		t.rec.Fingerprint, flag(t.rec.Fingerprint != nil), output, flag(output != nil), len(cmds)}, argv...)
-	keys = append([]string{t.keys.name(kindClaim), t.keys.name(kindRelease)}, keys...)
+	keys = append([]string{t.keys.name(kindClaim), t.keys.name(kindLease), t.keys.name(kindRelease)}, keys...)
 	res, err := s.runCommit(ctx, keys, args)
 	if err != nil {
 		return fmt.Errorf("redisstore: committing: %w", err)
@@ -161,7 +161,7 @@ func (t *Tx) Rollback(ctx context.Context) error {
 	}
 	t.finished = true
 	ctx = context.WithoutCancel(ctx)
-	err := releaseScript.Run(ctx, t.store.client, []string{t.keys.name(kindClaim), t.keys.name(kindRelease)},
+	err := releaseScript.Run(ctx, t.store.client, []string{t.keys.name(kindClaim), t.keys.name(kindLease), t.keys.name(kindRelease)},
 		t.token, ms(t.store.cfg.Lease)).Err()
 	if err != nil {
 		return fmt.Errorf("redisstore: releasing the lease (it expires after Config.Lease): %w", err)
