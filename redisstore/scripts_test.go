@@ -57,7 +57,7 @@ func TestScriptsAreIdempotentUnderRetries(t *testing.T) {
 	cmds, _ := tx.Pipeliner.Exec(ctx)
 	argv, _, err := s.encode(ctx, k, cmds)
 	require.NoError(t, err)
-	args := append([]any{tx.token, ms(s.cfg.Retention), ms(s.cfg.Lease), nil, "0", nil, "0", len(cmds)}, argv...)
+	args := append([]any{tx.token, ms(s.cfg.Retention), ms(s.cfg.Lease), nil, "0", nil, "0", len(cmds), 0}, argv...)
 	keys := []string{k.name(kindClaim), k.name(kindLease), k.name(kindRelease)}
 	for range 2 {
 		res, err := s.runCommit(ctx, keys, args)

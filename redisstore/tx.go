@@ -130,7 +130,7 @@ func (t *Tx) Commit(ctx context.Context, output []byte) error {
 	}
 	s := t.store
 	args := append([]any{t.token, ms(s.cfg.Retention), ms(s.cfg.Lease),
-		t.rec.Fingerprint, flag(t.rec.Fingerprint != nil), output, flag(output != nil), len(cmds)}, argv...)
+		t.rec.Fingerprint, flag(t.rec.Fingerprint != nil), output, flag(output != nil), len(cmds), time.Now().UnixMilli()}, argv...)
 	keys = append([]string{t.keys.name(kindClaim), t.keys.name(kindLease), t.keys.name(kindRelease)}, keys...)
 	res, err := s.runCommit(ctx, keys, args)
 	if err != nil {
