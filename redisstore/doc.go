@@ -29,24 +29,28 @@
 //
 // # How it works
 //
-// Claim runs one script: a committed key is a duplicate (returned with its fingerprint
-// and stored output, for Replay); a key whose lease another delivery holds makes the
-// caller wait; otherwise it takes the lease (SET PX Config.Lease, with a random owner
-// token and a fencing token from INCR, Tx.Fence). Commit runs one script that checks
-// the lease token, runs the queued commands, stores the key (a hash of time,
-// fingerprint and output, expiring after Config.Retention) and drops the lease. A first
-// delivery costs 2 round trips, a duplicate 1 (MaxAttempts adds one).
+// Claim sends one pipeline of plain commands: SET the key's lease NX GET PX
+// Config.Lease to a random token, read the committed key (a hash of time, fingerprint
+// and output), and bump a fencing counter (Tx.Fence). A committed key is a duplicate,
+// returned with its stored output for Replay; a lease another delivery holds makes the
+// caller wait; otherwise the lease is its claim. The lease is set before the key is read,
+// and a commit needs the lease, so a key found uncommitted stays so while the lease
+// lasts. Commit runs one Lua script that checks the lease, runs the queued commands,
+// stores the key (expiring after Config.Retention) and drops the lease. A first delivery
+// costs 2 round trips, a duplicate 1 (MaxAttempts adds one).
 //
-// A concurrent duplicate waits without polling: the claim script counts it as a
-// waiter, and it blocks (BLPOP, each holding a pool connection) on the key's release
-// list, which the commit or rollback fills with one entry per waiter; a lease that
-// expires (its holder died) ends the BLPOP too. It then claims again: a duplicate if
-// the other committed, a claim if it rolled back or died. Past Config.Wait it returns
+// A concurrent duplicate waits without polling: it counts itself as a waiter, checks
+// again, and blocks (BLPOP, holding a pool connection) on the key's release list, which
+// the commit or rollback fills with one entry per waiter; a lease that expires (its
+// holder died) ends the BLPOP too. It then claims again: a duplicate if the other
+// committed, a claim if it rolled back or died. Past Config.Wait it returns
 // inbox.ErrContended and the message is nacked.
 //
 // A handler that outlives Config.Lease loses its claim: another delivery may take the
-// key and apply the effects, and the late commit is refused. Choose a lease longer than
-// the slowest handler; effects outside Redis may then happen twice.
+// key and apply the effects, and then the late commit is refused (if none did, it
+// commits). Choose a lease longer than the slowest handler; effects outside Redis may
+// otherwise happen twice. The claim and the commit give the first run's answer when
+// go-redis resends them after a broken connection.
 //
 // Redis rolls nothing back: a queued command that fails while the commit runs (e.g.
 // WRONGTYPE) does not undo the others, and the key is stored with them
@@ -59,7 +63,7 @@
 // # Redis Cluster
 //
 // Every key of one claim carries one hash tag, Config.HashTag (by default the consumer
-// and the key), so each script touches one slot. The handler's keys must be in that
+// and the key), so each pipeline and script touches one slot. The handler's keys must be in that
 // slot too: put Tx.Tag() in them, or choose a HashTag that returns the tag the
 // handler's keys already carry (e.g. an account ID in the message key). A command with a
 // key in another slot is refused at commit with ErrCrossSlot, nothing applied; the

@@ -43,7 +43,7 @@ func ExampleTx_Tag() {
 		return tx.Set(ctx, "receipt:"+tx.Tag(), "sent", 0).Err()
 	}
 	_ = handler
-	fmt.Println(redisstore.Slot("receipt:{7:billing:order-1}") == redisstore.Slot("inbox:d:{7:billing:order-1}:7:billing:order-1"))
+	fmt.Println(redisstore.Slot("receipt:{7:billing:order-1}") == redisstore.Slot("inbox:c:{7:billing:order-1}:7:billing:order-1"))
 	// Output: true
 }
 
