@@ -61,8 +61,9 @@ func (r *redisDB) setup(ctx context.Context, accounts int) error {
 	return nil
 }
 
-// workerClients returns the IDs of the workers' connections, those running a command
-// (a claim, a BLPOP, a commit) first.
+// workerClients returns the IDs of the workers' connections, those blocked in a BLPOP (a
+// waiting duplicate; Redis runs one command at a time, so no other is mid-command)
+// first.
 func (r *redisDB) workerClients(ctx context.Context) ([]string, error) {
 	list, err := r.client.ClientList(ctx).Result()
 	if err != nil {
@@ -79,7 +80,7 @@ func (r *redisDB) workerClients(ctx context.Context) ([]string, error) {
 		if fields["name"] != r.name {
 			continue
 		}
-		if fields["cmd"] == "blpop" || fields["cmd"] == "evalsha" {
+		if fields["cmd"] == "blpop" {
 			busy = append(busy, fields["id"])
 		} else {
 			idle = append(idle, fields["id"])
