@@ -256,7 +256,7 @@ func (s *Store) Forget(ctx context.Context, consumer, key string) (bool, error) 
 func (s *Store) PurgeBatch(context.Context, time.Time, int) (int64, error) { return 0, nil }
 
 // Verify implements inbox.Store. Redis has no schema: it checks that Redis answers,
-// loads the scripts (so that claims run them by SHA, in one round trip) and reads the
+// loads the scripts (so that commits run them by SHA, in one round trip) and reads the
 // command table the commit checks queued commands against. With
 // DangerouslyProcessWithoutDedupWhenUnreachable, an unreachable Redis is logged, not
 // returned, so the consumer starts.
