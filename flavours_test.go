@@ -22,6 +22,7 @@ func storeFlavours() []storeFlavour {
 		mysqlFlavour("mariadb-session-isolation", mariaDB, inbox.MySQLConfig{SessionIsolation: true}),
 		mysqlFlavour("mysql", mysqlDB, inbox.MySQLConfig{}),
 		redisFlavour(),
+		redisClusterFlavour(),
 	}
 }
 

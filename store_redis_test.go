@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -35,6 +36,36 @@ func redisFlavour() storeFlavour {
 	}
 }
 
+// redisClusterFlavour runs the suite on a Redis Cluster (INBOX_REDIS_CLUSTER, which
+// .ci/run sets after scripts/redis-cluster.sh). The ledger is one list shared by every
+// claim, so the store's HashTag puts every claim of the test in the ledger's slot, as a
+// user's HashTag puts an account's messages in its keys' slot; the commit checks it.
+func redisClusterFlavour() storeFlavour {
+	return storeFlavour{
+		name: "redis-cluster",
+		caps: caps{noJoin: true, noPurge: true, noSchema: true, handlerCannotCommit: true},
+		open: func(t *testing.T, opts storeOpts) fixture {
+			addrs := os.Getenv("INBOX_REDIS_CLUSTER")
+			if addrs == "" {
+				unavailable(t, "Redis Cluster", "INBOX_REDIS_CLUSTER (scripts/redis-cluster.sh starts one on 127.0.0.1:7101-7103)", fmt.Errorf("not set"))
+			}
+			client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(addrs, ","), PoolSize: 32})
+			t.Cleanup(func() { _ = client.Close() })
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := client.Ping(ctx).Err(); err != nil {
+				unavailable(t, "Redis Cluster", "INBOX_REDIS_CLUSTER", err)
+			}
+			prefix := redisPrefix(t, client)
+			tag := strings.TrimSuffix(prefix, ":")
+			store, err := redisstore.New(client, redisstore.Config{Prefix: prefix, Wait: opts.lockTimeout,
+				HashTag: func(string, string) string { return tag }})
+			require.NoError(t, err)
+			return fixture{store: store, ledger: redisLedger{client: client, key: prefix + "ledger:{" + tag + "}"}}
+		},
+	}
+}
+
 func redisAddr() string {
 	if addr := os.Getenv("INBOX_REDIS_ADDR"); addr != "" {
 		return addr
@@ -56,15 +87,24 @@ func redisClient(t testing.TB) *redis.Client {
 	return client
 }
 
-// redisPrefix returns a key prefix of the test's own; its keys are deleted when the test
-// ends.
-func redisPrefix(t testing.TB, client *redis.Client) string {
-	prefix := fmt.Sprintf("test:%d%08x:", time.Now().UnixNano()%1e6, rand.Uint32())
+// redisPrefix returns a key prefix of the test's own; its keys (on every primary of a
+// Cluster) are deleted when the test ends.
+func redisPrefix(t testing.TB, client redis.UniversalClient) string {
+	prefix := fmt.Sprintf("test%d%08x:", time.Now().UnixNano()%1e6, rand.Uint32())
 	t.Cleanup(func() {
+		del := func(ctx context.Context, c *redis.Client) error {
+			iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+			for iter.Next(ctx) {
+				c.Del(ctx, iter.Val())
+			}
+			return nil
+		}
 		ctx := context.Background()
-		iter := client.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-		for iter.Next(ctx) {
-			client.Del(ctx, iter.Val())
+		switch c := client.(type) {
+		case *redis.ClusterClient:
+			_ = c.ForEachMaster(ctx, del)
+		case *redis.Client:
+			_ = del(ctx, c)
 		}
 	})
 	return prefix
@@ -72,7 +112,7 @@ func redisPrefix(t testing.TB, client *redis.Client) string {
 
 // redisLedger is a list of credits that handlers push through the inbox transaction.
 type redisLedger struct {
-	client *redis.Client
+	client redis.UniversalClient
 	key    string
 }
 

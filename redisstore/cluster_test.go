@@ -18,7 +18,8 @@ import (
 	"github.com/watermill-inbox/inbox/redisstore"
 )
 
-// A Redis Cluster of 3 primaries on free loopback ports, started once for the test
+// A Redis Cluster of 3 primaries: INBOX_REDIS_CLUSTER's (.ci/run starts it with
+// scripts/redis-cluster.sh), or one on free loopback ports, started once for the test
 // binary by the first test that needs it and stopped by TestMain.
 var cluster struct {
 	once    sync.Once
@@ -45,7 +46,13 @@ func clusterClient(t *testing.T) *redis.ClusterClient {
 	if _, err := exec.LookPath("redis-cli"); err != nil {
 		unavailable(t, "redis-cli", "PATH", err)
 	}
-	cluster.once.Do(func() { cluster.err = startCluster() })
+	cluster.once.Do(func() {
+		if addrs := os.Getenv("INBOX_REDIS_CLUSTER"); addrs != "" { // scripts/redis-cluster.sh
+			cluster.addrs = strings.Split(addrs, ",")
+			return
+		}
+		cluster.err = startCluster()
+	})
 	require.NoError(t, cluster.err)
 	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.addrs, PoolSize: 40})
 	t.Cleanup(func() { _ = client.Close() })

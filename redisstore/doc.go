@@ -92,7 +92,9 @@
 //
 // # Against the inbox's conformance suite
 //
-// The store passes the root package's conformance suite except what Redis cannot do,
+// The store passes the root package's conformance suite, on a single Redis and on a
+// Cluster (its HashTag putting every claim of the test in the ledger's slot), except
+// what Redis cannot do,
 // declared as capabilities: there is no transaction of the caller's to join (ClaimIn
 // returns ErrNoJoin), keys expire by themselves (PurgeBatch is a no-op returning 0),
 // there are no tables (Verify never returns inbox.ErrNoTable), and a handler cannot
