@@ -32,6 +32,9 @@ func exerciseCombinations(t *testing.T, f storeFlavour) {
 
 	for _, src := range sources {
 		t.Run("JoinedWithMaxAttempts/"+src.name, func(t *testing.T) {
+			if f.caps.noJoin {
+				t.Skip("the store has no transaction of the caller's to join")
+			}
 			t.Parallel()
 			fx := f.open(t, storeOpts{})
 			ib := newTestInbox(t, fx.store, inbox.Config{MaxAttempts: 2})
@@ -84,6 +87,9 @@ func exerciseCombinations(t *testing.T, f storeFlavour) {
 		})
 
 		t.Run("JoinedWithLockTimeout/"+src.name, func(t *testing.T) {
+			if f.caps.noJoin {
+				t.Skip("the store has no transaction of the caller's to join")
+			}
 			t.Parallel()
 			fx := f.open(t, storeOpts{lockTimeout: time.Second})
 			ib := newTestInbox(t, fx.store, inbox.Config{})
@@ -126,6 +132,9 @@ func exerciseCombinations(t *testing.T, f storeFlavour) {
 	}
 
 	t.Run("LockTimeoutKeepsTheSessionValue", func(t *testing.T) {
+		if f.caps.noSession {
+			t.Skip("the store has no database session settings to keep")
+		}
 		t.Parallel()
 		fx := f.open(t, storeOpts{lockTimeout: time.Second})
 		ib := newTestInbox(t, fx.store, inbox.Config{})
@@ -153,6 +162,9 @@ func exerciseCombinations(t *testing.T, f storeFlavour) {
 	})
 
 	t.Run("PurgeRemovesEveryOldAttemptRow", func(t *testing.T) {
+		if f.caps.noPurge {
+			t.Skip("the store's keys and attempt counts expire by themselves")
+		}
 		t.Parallel()
 		fx := f.open(t, storeOpts{})
 		for i := range 5 { // crashed attempts: counts without keys
@@ -170,6 +182,9 @@ func exerciseCombinations(t *testing.T, f storeFlavour) {
 	})
 
 	t.Run("MaxAttemptsAfterPurge", func(t *testing.T) {
+		if f.caps.noPurge {
+			t.Skip("the store's keys and attempt counts expire by themselves")
+		}
 		t.Parallel()
 		fx := f.open(t, storeOpts{})
 		ib := newTestInbox(t, fx.store, inbox.Config{MaxAttempts: 1})

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/watermill-inbox/inbox"
+	"github.com/watermill-inbox/inbox/redisstore"
 )
 
 // storeFlavours lists every store the conformance suite runs against: each store over
@@ -33,6 +34,8 @@ func storeFlavours() []storeFlavour {
 		mysqlFlavour("mariadb-session-settings", mariaDBSessionSettings, inbox.MySQLConfig{}),
 		mysqlFlavour("mysql", mysqlDSNOf, inbox.MySQLConfig{}),
 		mysqlConnFlavour("mysql-conn", mysqlDSNOf),
+		redisFlavour(),
+		redisClusterFlavour(),
 	}
 }
 
@@ -43,6 +46,17 @@ type storeFlavour struct {
 	open func(t *testing.T, opts storeOpts) fixture
 	// missing returns a store whose table does not exist.
 	missing func(t *testing.T) inbox.Store
+	// caps declares what the store cannot do; the cases it cannot apply are skipped.
+	caps caps
+}
+
+// caps lists what a store lacks, so that the zero value is a full SQL store.
+type caps struct {
+	noJoin              bool // no transaction of the caller's to join: ClaimIn fails
+	noPurge             bool // keys expire by themselves: PurgeBatch deletes nothing
+	noSchema            bool // no tables: Verify never reports ErrNoTable
+	noSession           bool // no database session whose settings LockTimeout could change
+	handlerCannotCommit bool // a handler ending its handle commits nothing, key included
 }
 
 type storeOpts struct {
@@ -418,6 +432,10 @@ func endTx(t *testing.T, ctx context.Context) error {
 	}
 	if tx, ok := inbox.TxFromContext[*sql.Tx](ctx); ok {
 		return tx.Commit()
+	}
+	if tx, ok := inbox.TxFromContext[*redisstore.Tx](ctx); ok {
+		_, _ = tx.Exec(ctx) // ends it and says so; the handler returns nil as with the others
+		return nil
 	}
 	return fmt.Errorf("no transaction in the context")
 }

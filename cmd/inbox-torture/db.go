@@ -54,6 +54,8 @@ func openDatabase(ctx context.Context, o options, worker bool) (database, error)
 		return openPostgres(ctx, o, worker)
 	case "mariadb", "mysql":
 		return openMariaDB(ctx, o, worker)
+	case "redis":
+		return openRedis(ctx, o, worker)
 	}
 	return nil, fmt.Errorf("unknown database %q", o.db)
 }

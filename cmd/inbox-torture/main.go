@@ -23,7 +23,7 @@
 // Meanwhile it injects faults: it SIGKILLs a random worker every -kill-every and restarts
 // it; workers SIGKILL themselves with probability -crash-rate right after a commit, before
 // the ack; it terminates a worker's database connection every -terminate-every
-// (pg_terminate_backend, KILL on MariaDB); handlers fail with probability -fail-rate after
+// (pg_terminate_backend, KILL on MariaDB, CLIENT KILL on Redis); handlers fail with probability -fail-rate after
 // writing, so their writes roll back and the message comes again.
 //
 // When every copy was handled (or -duration passed) it stops the workers and checks the
@@ -76,8 +76,8 @@ func parseFlags(args []string) (options, error) {
 	fs := flag.NewFlagSet("inbox-torture", flag.ContinueOnError)
 	fs.BoolVar(&o.worker, "worker", false, "run as a worker process (the parent starts them)")
 	fs.IntVar(&o.slot, "slot", 0, "the worker's slot, kept across restarts (its Kafka group instance id)")
-	fs.StringVar(&o.db, "db", "postgres", "database: postgres, mariadb or mysql (MySQL 8+, the same store as MariaDB)")
-	fs.StringVar(&o.dsn, "dsn", "", "database DSN (default INBOX_POSTGRES_DSN, INBOX_MARIADB_DSN or INBOX_MYSQL_DSN, or the local test database)")
+	fs.StringVar(&o.db, "db", "postgres", "database: postgres, mariadb, mysql (MySQL 8+, the same store as MariaDB) or redis (redisstore)")
+	fs.StringVar(&o.dsn, "dsn", "", "database DSN, or Redis address (default INBOX_POSTGRES_DSN, INBOX_MARIADB_DSN, INBOX_MYSQL_DSN or INBOX_REDIS_ADDR, or the local test database)")
 	fs.StringVar(&o.transport, "transport", "direct", "how messages reach the workers: direct, kafka, rabbitmq, nats or redis")
 	fs.IntVar(&o.workers, "workers", 8, "consumer processes")
 	fs.IntVar(&o.messages, "messages", 60, "messages; message i credits i+1 to account i%accounts")
@@ -101,8 +101,8 @@ func parseFlags(args []string) (options, error) {
 		return o, err
 	}
 	switch {
-	case o.db != "postgres" && o.db != "mariadb" && o.db != "mysql":
-		return o, fmt.Errorf("-db %q: use postgres, mariadb or mysql", o.db)
+	case o.db != "postgres" && o.db != "mariadb" && o.db != "mysql" && o.db != "redis":
+		return o, fmt.Errorf("-db %q: use postgres, mariadb, mysql or redis", o.db)
 	case !slices.Contains([]string{"direct", "kafka", "rabbitmq", "nats", "redis"}, o.transport):
 		return o, fmt.Errorf("-transport %q: use direct, kafka, rabbitmq, nats or redis", o.transport)
 	case o.workers < 1, o.messages < 1, o.accounts < 1, o.concurrency < 1:
@@ -148,6 +148,8 @@ func defaultDSN(db string) string {
 		return envOr("INBOX_MARIADB_DSN", "root@tcp(127.0.0.1:3306)/test")
 	case "mysql":
 		return envOr("INBOX_MYSQL_DSN", "root@tcp(127.0.0.1:3307)/test")
+	case "redis":
+		return envOr("INBOX_REDIS_ADDR", "127.0.0.1:6379")
 	}
 	return envOr("INBOX_POSTGRES_DSN", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
 }

@@ -68,6 +68,13 @@ func need(t *testing.T, db, transport string) {
 			unavailable(t, db, "INBOX_MARIADB_DSN or INBOX_MYSQL_DSN", err)
 		}
 	}
+	if db == "redis" {
+		conn, err := net.DialTimeout("tcp", defaultDSN(db), 3*time.Second)
+		if err != nil {
+			unavailable(t, "Redis", "INBOX_REDIS_ADDR", err)
+		}
+		_ = conn.Close()
+	}
 	switch transport {
 	case "kafka":
 		brokers := envOr("KAFKA_BROKERS", "")
@@ -119,6 +126,7 @@ func TestSeedScenario(t *testing.T) {
 		{"mariadb", "nats", []string{"-handler-delay", "100ms"}},
 		{"mariadb", "redis", []string{"-handler-delay", "100ms"}},
 		{"mysql", "direct", []string{"-copies", "8", "-handler-delay", "100ms"}},
+		{"redis", "direct", []string{"-copies", "8", "-handler-delay", "100ms"}},
 	} {
 		t.Run(tc.db+"/"+tc.transport, func(t *testing.T) {
 			t.Parallel()

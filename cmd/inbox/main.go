@@ -7,8 +7,10 @@
 //	inbox stats  --dsn DSN [--table inbox] [--json]
 //	inbox forget --dsn DSN --consumer C --key K [--table inbox]
 //
-// DSN is a PostgreSQL URL (postgres://user@host:5432/db) or a MySQL DSN
-// (mysql://user@tcp(host:3306)/db, or the go-sql-driver form user@tcp(host:3306)/db);
+// DSN is a PostgreSQL URL (postgres://user@host:5432/db), a MySQL DSN
+// (mysql://user@tcp(host:3306)/db, or the go-sql-driver form user@tcp(host:3306)/db), or
+// a Redis URL (redis://host:6379/0, for redisstore: --table names the key prefix, and
+// purge deletes nothing, as Redis expires the keys);
 // it defaults to the INBOX_DSN environment variable, which keeps passwords out of the
 // process list. Errors are one line on stderr: exit status 1 for a failure, 2 for a usage
 // error.

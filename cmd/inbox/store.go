@@ -35,8 +35,10 @@ func openStore(ctx context.Context, dsn, table string) (inbox.Store, func(), err
 		return openMySQL(ctx, strings.TrimPrefix(dsn, "mysql://"), table)
 	case isMySQLDSN(dsn):
 		return openMySQL(ctx, dsn, table)
+	case strings.HasPrefix(dsn, "redis://"), strings.HasPrefix(dsn, "rediss://"):
+		return openRedis(ctx, dsn, table)
 	}
-	return nil, nil, errors.New("the DSN is neither a PostgreSQL URL (postgres://user@host:5432/db) nor a MySQL DSN (mysql://user@tcp(host:3306)/db)")
+	return nil, nil, errors.New("the DSN is neither a PostgreSQL URL (postgres://user@host:5432/db), a MySQL DSN (mysql://user@tcp(host:3306)/db) nor a Redis URL (redis://host:6379/0)")
 }
 
 func openPostgres(ctx context.Context, dsn, table string) (inbox.Store, func(), error) {

@@ -1,0 +1,104 @@
+// Package redisstore is an inbox.Store on Redis (github.com/redis/go-redis/v9), for
+// handlers whose state lives in Redis (counters, balances, leaderboards, rate limits,
+// caches) and handlers with no database at all; and a Redis ExpiringKeyRepository for
+// Watermill's middleware.Deduplicator. The root package never imports it, so go-redis
+// is only in the build of programs that do.
+//
+// # The guarantee, per kind of effect
+//
+// Effects written to Redis through the store's transaction are applied exactly once.
+// The handler gets a *Tx from inbox.TxFromContext and queues its writes on it (it is a
+// redis.Pipeliner). They run at commit, in one Lua script with the key, and only if
+// this delivery still holds the key's lease; a delivery whose lease expired and was
+// taken over is refused (ErrLeaseLost), nothing applied, and nacked.
+//
+// Effects outside Redis (an HTTP call, a database not in the transaction) are
+// deduplicated once completed: a process killed mid-handler processes the message
+// again after its lease expires.
+//
+// # Usage
+//
+//	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+//	store, err := redisstore.New(client, redisstore.Config{})
+//	ib, err := inbox.New(inbox.Config{Store: store})
+//	router.AddMiddleware(ib.Middleware)
+//	router.AddConsumerHandler("billing", "orders", sub, func(msg *message.Message) error {
+//		tx, _ := inbox.TxFromContext[*redisstore.Tx](msg.Context())
+//		return tx.IncrBy(msg.Context(), "wallet:alice", 190).Err()
+//	})
+//
+// # How it works
+//
+// Claim sends one pipeline of plain commands: SET the key's lease NX GET PX
+// Config.Lease to a random token, read the committed key (a hash of time, fingerprint
+// and output), and bump a fencing counter (Tx.Fence). A committed key is a duplicate,
+// returned with its stored output for Replay; a lease another delivery holds makes the
+// caller wait; otherwise the lease is its claim. The lease is set before the key is read,
+// and a commit needs the lease, so a key found uncommitted stays so while the lease
+// lasts. Commit runs one Lua script that checks the lease, runs the queued commands,
+// stores the key (expiring after Config.Retention) and drops the lease. A first delivery
+// costs 2 round trips, a duplicate 1 (MaxAttempts adds one).
+//
+// A concurrent duplicate waits without polling: it counts itself as a waiter, checks
+// again, and blocks (BLPOP, holding a pool connection) on the key's release list, which
+// the commit or rollback fills with one entry per waiter; a lease that expires (its
+// holder died) ends the BLPOP too. It then claims again: a duplicate if the other
+// committed, a claim if it rolled back or died. Past Config.Wait it returns
+// inbox.ErrContended and the message is nacked.
+//
+// A handler that outlives Config.Lease loses its claim: another delivery may take the
+// key and apply the effects, and then the late commit is refused (if none did, it
+// commits). Choose a lease longer than the slowest handler; effects outside Redis may
+// otherwise happen twice. The claim and the commit give the first run's answer when
+// go-redis resends them after a broken connection.
+//
+// Redis rolls nothing back: a queued command that fails while the commit runs (e.g.
+// WRONGTYPE) does not undo the others, and the key is stored with them
+// (ErrCommandFailed). Commands are checked against the server's command table first,
+// so unknown commands, wrong argument counts and commands Redis refuses in scripts are
+// refused before anything runs (ErrCommandRefused). The handler's queued commands have
+// no replies: read with the client itself (outside the transaction, so not isolated
+// from other writers).
+//
+// # Redis Cluster
+//
+// Every key of one claim carries one hash tag, Config.HashTag (by default the consumer
+// and the key), so each pipeline and script touches one slot. The handler's keys must be in that
+// slot too: put Tx.Tag() in them, or choose a HashTag that returns the tag the
+// handler's keys already carry (e.g. an account ID in the message key). A command with a
+// key in another slot is refused at commit with ErrCrossSlot, nothing applied; the
+// check is always on with a *redis.ClusterClient, and Config.CheckSlots turns it on
+// with a single Redis.
+//
+// # Persistence, replication and failover
+//
+// Deduplication is as durable as Redis: a key lost by a restart without persistence
+// (or with appendfsync everysec, the last second) makes its message new again. Use AOF
+// with appendfsync always where that matters. Replication is asynchronous: a failover
+// to a replica that had not received the last commits loses them, keys and effects
+// together, so their redeliveries process them once more on the new primary (the
+// effects are not doubled, but effects outside Redis are). Config.Replicas sends WAIT
+// with the commit, in the same round trip, and reports the commit only once that many
+// replicas have it (ErrNotReplicated otherwise: the message is nacked, and its
+// redelivery is a duplicate while the primary lives).
+//
+// # Redis unreachable
+//
+// The store fails closed: a claim Redis does not answer is an error wrapping
+// ErrUnreachable, and the message is nacked, never processed without deduplication.
+// Config.DangerouslyProcessWithoutDedupWhenUnreachable is the opt-in for availability
+// over exactly-once: the handler runs without a claim, and each such message is logged
+// at error level.
+//
+// # Against the inbox's conformance suite
+//
+// The store passes the root package's conformance suite, on a single Redis and on a
+// Cluster (its HashTag putting every claim of the test in the ledger's slot), except
+// what Redis cannot do,
+// declared as capabilities: there is no transaction of the caller's to join (ClaimIn
+// returns ErrNoJoin), keys expire by themselves (PurgeBatch is a no-op deleting nothing),
+// there are no tables (Verify never returns inbox.ErrNoTable), and a handler cannot
+// commit its handle: Exec and Discard only end the transaction, so the inbox refuses
+// to commit (inbox.ErrTxDone) and the redelivery processes, where a SQL handler's
+// COMMIT takes the key with it.
+package redisstore
