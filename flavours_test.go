@@ -199,6 +199,7 @@ func pgxBegin(db interface {
 	return func(t *testing.T) (any, func(bool) error) {
 		tx, err := db.Begin(context.Background())
 		require.NoError(t, err)
+		t.Cleanup(func() { _ = tx.Rollback(context.Background()) }) // when a check failed before its end
 		return tx, func(commit bool) error {
 			if commit {
 				return tx.Commit(context.Background())
@@ -213,6 +214,7 @@ func sqlBegin(db inbox.SQLDB) func(t *testing.T) (any, func(bool) error) {
 	return func(t *testing.T) (any, func(bool) error) {
 		tx, err := db.BeginTx(context.Background(), nil)
 		require.NoError(t, err)
+		t.Cleanup(func() { _ = tx.Rollback() }) // when a check failed before its end
 		return tx, func(commit bool) error {
 			if commit {
 				return tx.Commit()
