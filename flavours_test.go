@@ -20,6 +20,8 @@ func storeFlavours() []storeFlavour {
 		// REPEATABLE READ, the session's level: the same verdicts, one round trip less.
 		mysqlFlavour("mariadb-session-isolation", mariaDB, inbox.MySQLConfig{SessionIsolation: true}),
 		mysqlFlavour("mysql", mysqlDB, inbox.MySQLConfig{}),
+		vitessFlavour(), // sharded keyspace, two-phase commit: helpers_distsql_test.go
+		mysqlFlavour("tidb", tidbDB, inbox.MySQLConfig{Engine: inbox.MySQLTiDB}),
 	}
 }
 

@@ -1,0 +1,53 @@
+package inbox_test
+
+import (
+	"database/sql"
+	"os"
+	"testing"
+
+	"github.com/watermill-inbox/inbox"
+)
+
+// Helpers of the distributed MySQL-wire engines: Vitess (through vtgate) and TiDB. Like
+// INBOX_MYSQL_DSN, their variables have no default: .ci/run sets them when
+// scripts/vitess.sh and scripts/tidb.sh started the engines, and their tests skip when
+// they are unset, CI or not (CI then prints "NOT TESTED this run").
+
+// vitessDB returns a handle on vtgate, whose DSN names the sharded keyspace as its
+// database and asks for two-phase commits (transaction_mode=%27TWOPC%27).
+func vitessDB(t testing.TB) *sql.DB {
+	t.Helper()
+	dsn := os.Getenv("INBOX_VITESS_DSN")
+	if dsn == "" {
+		t.Skip("Vitess not tested: set INBOX_VITESS_DSN (e.g. root@tcp(127.0.0.1:15303)/inbox?transaction_mode=%27TWOPC%27; .ci/run sets it when scripts/vitess.sh started vttestserver)")
+	}
+	return openSQL(t, "mysql", dsn, "Vitess", "INBOX_VITESS_DSN")
+}
+
+// tidbDB returns a handle on the test TiDB.
+func tidbDB(t testing.TB) *sql.DB {
+	t.Helper()
+	dsn := os.Getenv("INBOX_TIDB_DSN")
+	if dsn == "" {
+		t.Skip("TiDB not tested: set INBOX_TIDB_DSN (e.g. root@tcp(127.0.0.1:4000)/test; .ci/run sets it when scripts/tidb.sh started tidb-server)")
+	}
+	return openSQL(t, "mysql", dsn, "TiDB", "INBOX_TIDB_DSN")
+}
+
+// vitessFlavour is MySQLStore through vtgate. The ledger is sharded by its amount, so
+// that a credit and the key mostly land on different shards: the suite's transactions
+// cross shards.
+func vitessFlavour() storeFlavour {
+	f := mysqlFlavour("vitess", vitessDB, inbox.MySQLConfig{Engine: inbox.MySQLVitess})
+	open := f.open
+	f.open = func(t *testing.T, opts storeOpts) fixture {
+		fx := open(t, opts)
+		l := fx.ledger.(sqlLedger)
+		_, err := l.db.Exec("ALTER VSCHEMA ON " + l.table + " ADD VINDEX `hash`(`amount`) USING `hash`")
+		if err != nil {
+			t.Fatalf("adding the ledger to the VSchema: %v", err)
+		}
+		return fx
+	}
+	return f
+}
