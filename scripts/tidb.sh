@@ -15,7 +15,7 @@
 # If it cannot be had it prints one line "tidb: NOT TESTED this run: <reason>" and exits 3.
 #
 # Env: TIDB_CACHE (/var/cache/inbox-distsql/tidb-<commit>), TIDB_PORT (4000; status port
-#      TIDB_PORT+10080), TIDB_TIMEOUT (build, 1200 s).
+#      TIDB_PORT+10080), TIDB_TIMEOUT (build, 2400 s).
 set -uo pipefail
 
 COMMIT=20251126154744-e4e814fdc0af
@@ -24,7 +24,7 @@ PARSER_VERSION=v0.0.0-$COMMIT
 CACHE=${TIDB_CACHE:-/var/cache/inbox-distsql/tidb-$COMMIT}
 PORT=${TIDB_PORT:-4000}
 STATUS_PORT=$((PORT + 10080))
-TIMEOUT=${TIDB_TIMEOUT:-1200}
+TIMEOUT=${TIDB_TIMEOUT:-2400}
 LOG=$CACHE/build.log
 BIN=$CACHE/bin/tidb-server
 PIDFILE=$CACHE/tidb-server.$PORT.pid

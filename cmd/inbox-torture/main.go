@@ -69,8 +69,8 @@ func parseFlags(args []string) (options, error) {
 	fs := flag.NewFlagSet("inbox-torture", flag.ContinueOnError)
 	fs.BoolVar(&o.worker, "worker", false, "run as a worker process (the parent starts them)")
 	fs.IntVar(&o.slot, "slot", 0, "the worker's slot, kept across restarts (its Kafka group instance id)")
-	fs.StringVar(&o.db, "db", "postgres", "database: postgres, mariadb or mysql (MySQL 8+, the same store as MariaDB)")
-	fs.StringVar(&o.dsn, "dsn", "", "database DSN (default INBOX_POSTGRES_DSN, INBOX_MARIADB_DSN or INBOX_MYSQL_DSN, or the local test database)")
+	fs.StringVar(&o.db, "db", "postgres", "database: postgres, mariadb, mysql (MySQL 8+, the same store as MariaDB), tidb or vitess (a vtgate DSN naming a sharded keyspace, with transaction_mode=%27TWOPC%27)")
+	fs.StringVar(&o.dsn, "dsn", "", "database DSN (default INBOX_POSTGRES_DSN, INBOX_MARIADB_DSN, INBOX_MYSQL_DSN, INBOX_TIDB_DSN or INBOX_VITESS_DSN, or the local test database)")
 	fs.StringVar(&o.transport, "transport", "direct", "how messages reach the workers: direct, kafka or rabbitmq")
 	fs.IntVar(&o.workers, "workers", 8, "consumer processes")
 	fs.IntVar(&o.messages, "messages", 60, "messages; message i credits i+1 to account i%accounts")
@@ -92,8 +92,8 @@ func parseFlags(args []string) (options, error) {
 		return o, err
 	}
 	switch {
-	case o.db != "postgres" && o.db != "mariadb" && o.db != "mysql":
-		return o, fmt.Errorf("-db %q: use postgres, mariadb or mysql", o.db)
+	case o.db != "postgres" && o.db != "mariadb" && o.db != "mysql" && o.db != "tidb" && o.db != "vitess":
+		return o, fmt.Errorf("-db %q: use postgres, mariadb, mysql, tidb or vitess", o.db)
 	case o.transport != "direct" && o.transport != "kafka" && o.transport != "rabbitmq":
 		return o, fmt.Errorf("-transport %q: use direct, kafka or rabbitmq", o.transport)
 	case o.workers < 1, o.messages < 1, o.accounts < 1, o.concurrency < 1:
@@ -133,6 +133,10 @@ func defaultDSN(db string) string {
 		return envOr("INBOX_MARIADB_DSN", "root@tcp(127.0.0.1:3306)/test")
 	case "mysql":
 		return envOr("INBOX_MYSQL_DSN", "root@tcp(127.0.0.1:3307)/test")
+	case "tidb":
+		return envOr("INBOX_TIDB_DSN", "root@tcp(127.0.0.1:4000)/test")
+	case "vitess":
+		return envOr("INBOX_VITESS_DSN", "root@tcp(127.0.0.1:15303)/inbox?transaction_mode=%27TWOPC%27")
 	}
 	return envOr("INBOX_POSTGRES_DSN", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
 }
