@@ -3,7 +3,9 @@ package inbox_test
 import (
 	"database/sql"
 	"os"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/watermill-inbox/inbox"
 )
@@ -34,6 +36,8 @@ func tidbDB(t testing.TB) *sql.DB {
 	return openSQL(t, "mysql", dsn, "TiDB", "INBOX_TIDB_DSN")
 }
 
+var vschemaMu sync.Mutex
+
 // vitessFlavour is MySQLStore through vtgate. The ledger is sharded by its amount, so
 // that a credit and the key mostly land on different shards: the suite's transactions
 // cross shards.
@@ -41,13 +45,33 @@ func vitessFlavour() storeFlavour {
 	f := mysqlFlavour("vitess", vitessDB, inbox.MySQLConfig{Engine: inbox.MySQLVitess})
 	open := f.open
 	f.open = func(t *testing.T, opts storeOpts) fixture {
+		// ALTER VSCHEMA rewrites the keyspace's whole VSchema: one at a time, so that
+		// parallel tests do not undo each other's entries.
+		vschemaMu.Lock()
+		defer vschemaMu.Unlock()
 		fx := open(t, opts)
 		l := fx.ledger.(sqlLedger)
 		_, err := l.db.Exec("ALTER VSCHEMA ON " + l.table + " ADD VINDEX `hash`(`amount`) USING `hash`")
 		if err != nil {
 			t.Fatalf("adding the ledger to the VSchema: %v", err)
 		}
+		// vtgate serves a VSchema change a moment after ALTER VSCHEMA returns, and the
+		// next ALTER VSCHEMA starts from what it serves: wait, or the next one undoes it.
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if _, err := l.db.Exec("SHOW VSCHEMA VINDEXES ON " + l.table); err == nil {
+				break
+			} else if time.Now().After(deadline) {
+				t.Fatalf("vtgate does not serve the ledger's VSchema entry: %v", err)
+			}
+		}
 		return fx
+	}
+	f.missing = func(t *testing.T) inbox.Store {
+		store, err := inbox.NewMySQLStore(vitessDB(t), inbox.MySQLConfig{Table: tableName("missing"), Engine: inbox.MySQLVitess})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return store
 	}
 	return f
 }

@@ -361,11 +361,14 @@ func (s *MySQLStore) Stats(ctx context.Context) ([]ConsumerStats, error) {
 
 // Verify implements Store.
 func (s *MySQLStore) Verify(ctx context.Context) error {
+	if err := s.verifyEngine(ctx); err != nil {
+		return err
+	}
 	var n int
 	if err := s.db.QueryRowContext(ctx, s.sql.verify).Scan(&n); err != nil {
 		return s.wrap("checking the tables", err)
 	}
-	return s.verifyEngine(ctx)
+	return nil
 }
 
 // inTx runs fn in a short READ COMMITTED transaction of the store's own.

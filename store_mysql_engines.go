@@ -131,43 +131,79 @@ func (s *MySQLStore) ownIsolation() sql.IsolationLevel {
 }
 
 // createEngineSchema runs what CreateSchema needs beyond the DDL: on Vitess, the VSchema
-// entries of both tables, unless the keyspace has them already.
+// entries of both tables, unless the keyspace has them already. ALTER VSCHEMA rewrites
+// the keyspace's whole VSchema, so two of them at once can undo each other: it checks
+// that vtgate serves both entries, and adds a lost one again.
 func (s *MySQLStore) createEngineSchema(ctx context.Context) error {
 	if s.cfg.Engine != MySQLVitess {
 		return nil
 	}
-	known := map[string]bool{}
+	tables := []string{s.cfg.Table, s.cfg.Table + "_attempts"}
+	for try := 0; ; try++ {
+		known, err := s.vschemaTables(ctx)
+		if err != nil {
+			return fmt.Errorf("inbox: reading the keyspace's VSchema: %w", err)
+		}
+		missing := 0
+		for _, t := range tables {
+			if known[t] {
+				continue
+			}
+			missing++
+			stmt := "ALTER VSCHEMA ON `" + t + "` ADD VINDEX `xxhash`(`key`) USING `xxhash`"
+			if _, err := s.db.ExecContext(ctx, stmt); err != nil {
+				return fmt.Errorf("inbox: adding %q to the keyspace's VSchema (%s: run it as a user vtgate's --vschema-ddl-authorized-users allows, or apply schema/vitess-vschema.json with vtctldclient ApplyVSchema): %w", t, stmt, err)
+			}
+		}
+		if missing == 0 {
+			return nil
+		}
+		if try == 20 {
+			return fmt.Errorf("inbox: vtgate does not serve the VSchema entries of %q and %q after 20 ALTER VSCHEMA rounds", tables[0], tables[1])
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Duration(try+1) * 10 * time.Millisecond):
+		}
+	}
+}
+
+// vschemaTables returns the tables of the connection's keyspace's VSchema.
+func (s *MySQLStore) vschemaTables(ctx context.Context) (map[string]bool, error) {
 	rows, err := s.db.QueryContext(ctx, "SHOW VSCHEMA TABLES")
 	if err != nil {
-		return fmt.Errorf("inbox: reading the keyspace's VSchema: %w", err)
+		return nil, err
 	}
+	known := map[string]bool{}
 	for rows.Next() {
 		var name string
 		if err := rows.Scan(&name); err != nil {
 			_ = rows.Close()
-			return fmt.Errorf("inbox: reading the keyspace's VSchema: %w", err)
+			return nil, err
 		}
 		known[name] = true
 	}
-	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
-		return fmt.Errorf("inbox: reading the keyspace's VSchema: %w", err)
-	}
-	for _, t := range []string{s.cfg.Table, s.cfg.Table + "_attempts"} {
-		if known[t] {
-			continue
-		}
-		stmt := "ALTER VSCHEMA ON `" + t + "` ADD VINDEX `xxhash`(`key`) USING `xxhash`"
-		if _, err := s.db.ExecContext(ctx, stmt); err != nil {
-			return fmt.Errorf("inbox: adding %q to the keyspace's VSchema (%s; a user allowed by vtgate's --vschema-ddl-authorized-users, or the VSchema of schema/vitess-vschema.json applied with vtctldclient ApplyVSchema): %w", t, stmt, err)
-		}
-	}
-	return nil
+	return known, errors.Join(rows.Err(), rows.Close())
 }
 
-// verifyEngine checks what New must refuse on the engine: on Vitess, a best-effort
-// commit across shards.
+// verifyEngine checks, before the tables are read, what New must refuse on the engine:
+// on Vitess, tables missing from the VSchema (vtgate reports them only in its error
+// text), and a best-effort commit across shards.
 func (s *MySQLStore) verifyEngine(ctx context.Context) error {
-	if s.cfg.Engine != MySQLVitess || s.cfg.AllowBestEffortCommit {
+	if s.cfg.Engine != MySQLVitess {
+		return nil
+	}
+	known, err := s.vschemaTables(ctx)
+	if err != nil {
+		return s.wrap("reading the keyspace's VSchema", err)
+	}
+	for _, t := range []string{s.cfg.Table, s.cfg.Table + "_attempts"} {
+		if !known[t] {
+			return fmt.Errorf("inbox: checking the tables: %w: table %q is not in the VSchema of the DSN's keyspace: run (*MySQLStore).CreateSchema, or create the tables of schema/mysql.sql and apply schema/vitess-vschema.json", ErrNoTable, t)
+		}
+	}
+	if s.cfg.AllowBestEffortCommit {
 		return nil
 	}
 	var mode string

@@ -129,7 +129,7 @@ start() {
 		sleep 0.25
 	done
 	answers 'CREATE DATABASE IF NOT EXISTS test' >/dev/null || not_tested "CREATE DATABASE test failed"
-	echo "tidb: up (127.0.0.1:$PORT, $(answers 'select tidb_version()' | head -n 1))"
+	echo "tidb: up (127.0.0.1:$PORT, $(answers 'select version()'))"
 }
 
 stop() {

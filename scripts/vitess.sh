@@ -189,7 +189,7 @@ start() {
 	# The overlay's upper layer: a user vitess (mysqlctl refuses root), localhost, a fresh
 	# data folder. The sid chroot itself is only read.
 	rm -rf "$RUN/upper" "$RUN/work" "$RUN/data"
-	mkdir -p "$RUN/upper/etc" "$RUN/work" "$RUN/merged" "$RUN/data/schema/inbox"
+	mkdir -p "$RUN/upper/etc" "$RUN/work" "$RUN/merged" "$RUN/data/schema/inbox" "$RUN/data/data" "$RUN/data/vtdataroot"
 	cp "$SID/root/etc/passwd" "$SID/root/etc/group" "$RUN/upper/etc/"
 	echo "vitess:x:15300:15300:vttestserver:/var/lib/vitess:/bin/sh" >>"$RUN/upper/etc/passwd"
 	echo "vitess:x:15300:" >>"$RUN/upper/etc/group"
