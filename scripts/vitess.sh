@@ -164,7 +164,8 @@ serve() {
 		VTDATAROOT=/var/lib/vitess/vtdataroot VT_MYSQL_ROOT=/usr \
 		/opt/vitess/bin/vttestserver --port "$PORT" --keyspaces inbox --num-shards 2 \
 		--schema-dir /var/lib/vitess/schema --data-dir /var/lib/vitess/data \
-		--mysql-bind-host 127.0.0.1 --vschema-ddl-authorized-users % --vtcombo-bind-host 127.0.0.1 --alsologtostderr ${VITESS_ARGS:-}
+		--mysql-bind-host 127.0.0.1 --vschema-ddl-authorized-users % --vtcombo-bind-host 127.0.0.1 \
+		--extra-my-cnf /var/lib/vitess/durable.cnf --alsologtostderr ${VITESS_ARGS:-}
 }
 
 start() {
@@ -204,6 +205,10 @@ start() {
   "tables": {}
 }
 JSON
+	# vttestserver's my.cnf has innodb_flush_log_at_trx_commit = 0: a killed mysqld would
+	# lose up to a second of commits it had confirmed. 2 writes the log at every commit,
+	# which a mysqld crash cannot lose (an OS crash could; production runs 1).
+	printf '[mysqld]\ninnodb_flush_log_at_trx_commit = 2\n' >"$RUN/data/durable.cnf"
 	chown -R 15300:15300 "$RUN/data"
 	local log=$RUN/vttestserver.log pid end
 	setsid unshare -m --propagation private bash "$SELF" __serve </dev/null >"$log" 2>&1 9>&- &
