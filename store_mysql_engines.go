@@ -212,7 +212,7 @@ func (s *MySQLStore) verifyEngine(ctx context.Context) error {
 	}
 	if strings.EqualFold(mode, "MULTI") {
 		return errors.New("inbox: vtgate's transaction_mode is MULTI, where a commit across shards is best-effort and can commit the key without the handler's writes or the other way round: " +
-			"use TWOPC (vtgate --transaction-mode TWOPC, or transaction_mode=%27TWOPC%27 in the DSN), or SINGLE with the handler's rows on the key's shard, " +
+			"put the handler's rows on the key's shard and use SINGLE (transaction_mode=%27SINGLE%27 in the DSN), or TWOPC (docs/distributed-sql.md: after crashes it can leave unresolved transactions), " +
 			"or set MySQLConfig.AllowBestEffortCommit if your handlers write to the key's shard only")
 	}
 	return nil
