@@ -57,13 +57,7 @@ func vitessFlavour() storeFlavour {
 		}
 		// vtgate serves a VSchema change a moment after ALTER VSCHEMA returns, and the
 		// next ALTER VSCHEMA starts from what it serves: wait, or the next one undoes it.
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-			if _, err := l.db.Exec("SHOW VSCHEMA VINDEXES ON " + l.table); err == nil {
-				break
-			} else if time.Now().After(deadline) {
-				t.Fatalf("vtgate does not serve the ledger's VSchema entry: %v", err)
-			}
-		}
+		waitVSchema(t, l.db, l.table)
 		return fx
 	}
 	f.missing = func(t *testing.T) inbox.Store {
@@ -74,4 +68,21 @@ func vitessFlavour() storeFlavour {
 		return store
 	}
 	return f
+}
+
+// waitVSchema waits until vtgate serves table's VSchema entry in two reads 100 ms apart
+// (for a moment after a change, vtgate may serve the previous version again).
+func waitVSchema(t testing.TB, db *sql.DB, table string) {
+	t.Helper()
+	seen := false
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		_, err := db.Exec("SHOW VSCHEMA VINDEXES ON " + table)
+		if err == nil && seen {
+			return
+		}
+		seen = err == nil
+		if time.Now().After(deadline) {
+			t.Fatalf("vtgate does not serve the VSchema entry of %s: %v", table, err)
+		}
+	}
 }

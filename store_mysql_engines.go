@@ -131,14 +131,16 @@ func (s *MySQLStore) ownIsolation() sql.IsolationLevel {
 }
 
 // createEngineSchema runs what CreateSchema needs beyond the DDL: on Vitess, the VSchema
-// entries of both tables, unless the keyspace has them already. ALTER VSCHEMA rewrites
-// the keyspace's whole VSchema, so two of them at once can undo each other: it checks
-// that vtgate serves both entries, and adds a lost one again.
+// entries of both tables, unless the keyspace has them already. vtgate serves a change
+// a moment after ALTER VSCHEMA returns and, for a moment after that, may serve an older
+// version again (its topology watch catching up): it returns once two reads 100 ms
+// apart both show the entries, and adds a lost one again.
 func (s *MySQLStore) createEngineSchema(ctx context.Context) error {
 	if s.cfg.Engine != MySQLVitess {
 		return nil
 	}
 	tables := []string{s.cfg.Table, s.cfg.Table + "_attempts"}
+	seen := false // the last read showed both
 	for try := 0; ; try++ {
 		known, err := s.vschemaTables(ctx)
 		if err != nil {
@@ -155,16 +157,17 @@ func (s *MySQLStore) createEngineSchema(ctx context.Context) error {
 				return fmt.Errorf("inbox: adding %q to the keyspace's VSchema (%s: run it as a user vtgate's --vschema-ddl-authorized-users allows, or apply schema/vitess-vschema.json with vtctldclient ApplyVSchema): %w", t, stmt, err)
 			}
 		}
-		if missing == 0 {
+		if missing == 0 && seen {
 			return nil
 		}
+		seen = missing == 0
 		if try == 20 {
 			return fmt.Errorf("inbox: vtgate does not serve the VSchema entries of %q and %q after 20 ALTER VSCHEMA rounds", tables[0], tables[1])
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(time.Duration(try+1) * 10 * time.Millisecond):
+		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }

@@ -121,13 +121,7 @@ func midCommitKill(t *testing.T, pidFile, mode string, colocate bool) {
 	t.Cleanup(func() { _, _ = db.Exec("DROP TABLE IF EXISTS " + effects) })
 	_, err = db.Exec("ALTER VSCHEMA ON " + effects + " ADD VINDEX `xxhash`(`ekey`) USING `xxhash`")
 	require.NoError(t, err)
-	for try := 0; ; try++ {
-		if _, err = db.Exec("SHOW VSCHEMA VINDEXES ON " + effects); err == nil {
-			break
-		}
-		require.Less(t, try, 500, "vtgate does not serve the effects' VSchema entry: %v", err)
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitVSchema(t, db, effects)
 	vschemaMu.Unlock()
 	ib := newTestInbox(t, store, inbox.Config{})
 
