@@ -22,6 +22,7 @@ func storeFlavours() []storeFlavour {
 		mysqlFlavour("mysql", mysqlDB, inbox.MySQLConfig{}),
 		vitessFlavour(), // sharded keyspace, two-phase commit: helpers_distsql_test.go
 		mysqlFlavour("tidb", tidbDB, inbox.MySQLConfig{Engine: inbox.MySQLTiDB}),
+		mysqlFlavour("tidb-repeatable-read", tidbDB, inbox.MySQLConfig{Engine: inbox.MySQLTiDB, Isolation: sql.LevelRepeatableRead}),
 	}
 }
 
