@@ -132,8 +132,8 @@ func (s *MySQLStore) ownIsolation() sql.IsolationLevel {
 
 // createEngineSchema runs what CreateSchema needs beyond the DDL: on Vitess, the VSchema
 // entries of both tables, unless the keyspace has them already. vtgate serves a change
-// a moment after ALTER VSCHEMA returns and, for a moment after that, may serve an older
-// version again (its topology watch catching up): it returns once two reads 100 ms
+// a moment after ALTER VSCHEMA returns, and its schema tracker may then serve an older
+// version again (a rebuild begun before the change): it returns once two reads 100 ms
 // apart both show the entries, and adds a lost one again.
 func (s *MySQLStore) createEngineSchema(ctx context.Context) error {
 	if s.cfg.Engine != MySQLVitess {
