@@ -165,9 +165,9 @@ func midCommitKill(t *testing.T, pidFile, mode string, colocate bool) {
 
 	// Workers process messages until each succeeded once; the producer makes new ones
 	// until the killer is done.
-	workers, kills := 8, 6
+	workers, kills := 8, 4
 	if mode == "MULTI" {
-		kills = 10 // more chances to land between the shards' commits
+		kills = 8 // more chances to land between the shards' commits
 	}
 	nonAtomicBefore := nonAtomicCommits(t)
 	unresolvedBefore := unresolvedTransactions(t, db)
@@ -261,15 +261,19 @@ func midCommitKill(t *testing.T, pidFile, mode string, colocate bool) {
 
 	// Prepared transactions the kills interrupted are resolved by vtgate; wait for them.
 	// (Ones left by an earlier run whose tables are gone never resolve: not counted.)
-	unresolved := -1
+	// One that stays as it is for 15 s (the tablets retry every 2 s) is stuck.
+	unresolved, stableSince := -1, time.Now()
 	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		unresolved = 0
+		n := 0
 		for dtid := range unresolvedTransactions(t, db) {
 			if !unresolvedBefore[dtid] {
-				unresolved++
+				n++
 			}
 		}
-		if unresolved == 0 {
+		if n != unresolved {
+			unresolved, stableSince = n, time.Now()
+		}
+		if unresolved == 0 || time.Since(stableSince) > 15*time.Second {
 			break
 		}
 	}

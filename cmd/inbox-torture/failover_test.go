@@ -176,7 +176,11 @@ func failover(t *testing.T, name string, sync bool) {
 	// go on committing.
 	ledger := pgx.Identifier{run + "_ledger"}.Sanitize()
 	for deadline := time.Now().Add(100 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		require.True(t, time.Now().Before(deadline), "the workers did not commit a third of the messages:\n%s", out.String())
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			<-done // out is the harness's until it has exited
+			t.Fatalf("the workers did not commit a third of the messages:\n%s", out.String())
+		}
 		if n, err := primary.tryCount("SELECT count(*) FROM " + ledger); err == nil && n >= messages/3 {
 			break
 		}
