@@ -165,9 +165,11 @@ func midCommitKill(t *testing.T, pidFile, mode string, colocate bool) {
 
 	// Workers process messages until each succeeded once; the producer makes new ones
 	// until the killer is done.
+	// 4 kills per mode keep .ci/run within its time; INBOX_VITESS_KILLS asks for more
+	// (the figures in docs/distributed-sql.md came from 6, and 10 for MULTI).
 	workers, kills := 8, 4
-	if mode == "MULTI" {
-		kills = 8 // more chances to land between the shards' commits
+	if n, err := strconv.Atoi(os.Getenv("INBOX_VITESS_KILLS")); err == nil && n > 0 {
+		kills = n
 	}
 	nonAtomicBefore := nonAtomicCommits(t)
 	unresolvedBefore := unresolvedTransactions(t, db)
