@@ -34,6 +34,9 @@ func storeFlavours() []storeFlavour {
 		mysqlFlavour("mariadb-session-settings", mariaDBSessionSettings, inbox.MySQLConfig{}),
 		mysqlFlavour("mysql", mysqlDSNOf, inbox.MySQLConfig{}),
 		mysqlConnFlavour("mysql-conn", mysqlDSNOf),
+		vitessFlavour(), // sharded keyspace, two-phase commit: helpers_distsql_test.go
+		mysqlFlavour("tidb", tidbDSNOf, inbox.MySQLConfig{Engine: inbox.MySQLTiDB}),
+		mysqlFlavour("tidb-repeatable-read", tidbDSNOf, inbox.MySQLConfig{Engine: inbox.MySQLTiDB, Isolation: sql.LevelRepeatableRead}),
 		redisFlavour(),
 		redisClusterFlavour(),
 	}

@@ -46,6 +46,18 @@ type MySQLConfig struct {
 	// again. Defaults to 0: wait as long as the server's innodb_lock_wait_timeout allows
 	// (50 s unless configured).
 	LockTimeout time.Duration
+
+	// Engine is the server behind the DSN: MySQLVitess or MySQLTiDB adapt the store to
+	// what they do differently (see MySQLEngine). Defaults to MySQLInnoDB.
+	Engine MySQLEngine
+
+	// AllowBestEffortCommit lets New accept, on MySQLVitess, a vtgate whose
+	// transaction_mode is MULTI. A transaction there that spans shards commits shard
+	// after shard, and a failure in between commits the key without the handler's
+	// writes (the message is lost) or the writes without the key (applied twice):
+	// docs/distributed-sql.md shows it. Set it only when every handler writes to the
+	// key's shard alone. Defaults to false.
+	AllowBestEffortCommit bool
 }
 
 // MySQLStore is a Store on MySQL 8+ or MariaDB 10.11+ (InnoDB) through database/sql, with
@@ -85,6 +97,7 @@ type mysqlQueries struct {
 	forgetAttempts, forget, purgeAttempts       string
 	purge, stats, verify, lockSet, lockRestored string
 	insertBounded                               string
+	purgeOne, purgeOneAttempt                   string // MySQLVitess
 }
 
 // mysqlTimeFormat is how the store writes and reads its DATETIME(6) columns, in UTC, so
@@ -115,10 +128,13 @@ func NewMySQLStore(db SQLDB, cfg MySQLConfig) (*MySQLStore, error) {
 	if err := validateTable(cfg.Table); err != nil {
 		return nil, fmt.Errorf("inbox: invalid store config: %w", err)
 	}
+	if err := cfg.checkEngine(); err != nil {
+		return nil, fmt.Errorf("inbox: invalid store config: %w", err)
+	}
 	switch {
 	case cfg.SessionIsolation && cfg.Isolation != sql.LevelDefault:
 		return nil, fmt.Errorf("inbox: invalid store config: Isolation is %v and SessionIsolation is set: choose one", cfg.Isolation)
-	case cfg.SessionIsolation:
+	case cfg.SessionIsolation, cfg.Engine == MySQLVitess:
 		// sql.LevelDefault: BeginTx sends no SET TRANSACTION.
 	case cfg.Isolation == sql.LevelDefault:
 		cfg.Isolation = sql.LevelReadCommitted
@@ -131,7 +147,7 @@ func NewMySQLStore(db SQLDB, cfg MySQLConfig) (*MySQLStore, error) {
 	where := " WHERE `consumer` = ? AND `key` = ?"
 	// innodb_lock_wait_timeout counts whole seconds, at least 1.
 	seconds := int64((cfg.LockTimeout + time.Second - 1) / time.Second)
-	return &MySQLStore{db: db, cfg: cfg, sql: mysqlQueries{
+	s := &MySQLStore{db: db, cfg: cfg, sql: mysqlQueries{
 		insert: "INSERT INTO " + t + " (`consumer`, `key`, `fingerprint`) VALUES (?, ?, ?)",
 		// A locking read sees the latest committed row whatever the isolation level; the
 		// duplicate-key check holds a shared lock on it already.
@@ -157,14 +173,16 @@ func NewMySQLStore(db SQLDB, cfg MySQLConfig) (*MySQLStore, error) {
 		// MariaDB's statement-scoped form leaves the session untouched on every path.
 		insertBounded: fmt.Sprintf("SET STATEMENT innodb_lock_wait_timeout = %d FOR ", seconds) +
 			"INSERT INTO " + t + " (`consumer`, `key`, `fingerprint`) VALUES (?, ?, ?)",
-	}}, nil
+	}}
+	s.sql.forEngine(cfg.Engine, t, a)
+	return s, nil
 }
 
 // CreateSchema creates the store's tables if they do not exist, with the DDL of
 // schema/mysql.sql, for users who do not run a migration tool. It runs the statements one
 // by one, so the DSN needs no multiStatements.
 func (s *MySQLStore) CreateSchema(ctx context.Context) error {
-	ddl, err := MySQLSchema(s.cfg.Table)
+	ddl, err := mysqlSchemaFor(s.cfg.Engine, s.cfg.Table)
 	if err != nil {
 		return err
 	}
@@ -173,7 +191,7 @@ func (s *MySQLStore) CreateSchema(ctx context.Context) error {
 			return fmt.Errorf("inbox: creating the schema: %w", err)
 		}
 	}
-	return nil
+	return s.createEngineSchema(ctx)
 }
 
 // StartAttempt implements Store. The upsert and the read run in one short transaction:
@@ -186,7 +204,7 @@ func (s *MySQLStore) StartAttempt(ctx context.Context, consumer, key string) (in
 	}
 	defer release()
 	var unfinished int
-	err = inTx(ctx, db, func(tx *sql.Tx) error {
+	err = s.inTx(ctx, db, func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, s.sql.startAttempt, consumer, key); err != nil {
 			return err
 		}
@@ -215,7 +233,7 @@ func (s *MySQLStore) EndAttempt(ctx context.Context, consumer, key string) error
 func (s *MySQLStore) Forget(ctx context.Context, consumer, key string) (bool, error) {
 	key = storableKey(key)
 	var n int64
-	err := inTx(ctx, s.db, func(tx *sql.Tx) error {
+	err := s.inTx(ctx, s.db, func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, s.sql.forgetAttempts, consumer, key); err != nil {
 			return err
 		}
@@ -234,9 +252,12 @@ func (s *MySQLStore) Forget(ctx context.Context, consumer, key string) (bool, er
 
 // PurgeBatch implements Store.
 func (s *MySQLStore) PurgeBatch(ctx context.Context, before time.Time, limit int) (Purged, error) {
+	if s.cfg.Engine == MySQLVitess {
+		return s.purgeVitess(ctx, before, limit)
+	}
 	cutoff := before.UTC().Format(mysqlTimeFormat)
 	var n Purged
-	err := inTx(ctx, s.db, func(tx *sql.Tx) error {
+	err := s.inTx(ctx, s.db, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, s.sql.purgeAttempts, cutoff, limit)
 		if err == nil {
 			n.Attempts, err = res.RowsAffected()
@@ -282,6 +303,9 @@ func (s *MySQLStore) Stats(ctx context.Context) ([]ConsumerStats, error) {
 
 // Verify implements Store.
 func (s *MySQLStore) Verify(ctx context.Context) error {
+	if err := s.verifyEngine(ctx); err != nil {
+		return err
+	}
 	var n int
 	if err := s.db.QueryRowContext(ctx, s.sql.verify).Scan(&n); err != nil {
 		return s.wrap("checking the tables", err)
@@ -289,9 +313,10 @@ func (s *MySQLStore) Verify(ctx context.Context) error {
 	return nil
 }
 
-// inTx runs fn in a short READ COMMITTED transaction of the store's own, on db.
-func inTx(ctx context.Context, db SQLDB, fn func(tx *sql.Tx) error) error {
-	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+// inTx runs fn in a short transaction of the store's own, on db, at READ COMMITTED
+// (where the engine allows choosing).
+func (s *MySQLStore) inTx(ctx context.Context, db SQLDB, fn func(tx *sql.Tx) error) error {
+	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: s.ownIsolation()})
 	if err != nil {
 		return err
 	}
@@ -307,7 +332,8 @@ func (s *MySQLStore) wrap(doing string, err error) error {
 	if errors.As(err, &myErr) {
 		switch {
 		case myErr.Number == mysqlDeadlock, myErr.Number == mysqlLockWaitTimeout, myErr.Number == mysqlLockNowait,
-			myErr.Number == mysqlRollbackOnCommit, string(myErr.SQLState[:]) == mysqlSerializationSQL:
+			myErr.Number == mysqlRollbackOnCommit, string(myErr.SQLState[:]) == mysqlSerializationSQL,
+			myErr.Number == tidbWriteConflict, myErr.Number == tidbRetryable:
 			return fmt.Errorf("inbox: %s: %w: %w", doing, ErrContended, err)
 		case myErr.Number == mysqlNoSuchTable, myErr.Number == mysqlBadField:
 			return fmt.Errorf("inbox: %s: %w: table %q or %q is missing or outdated: run schema/mysql.sql, `inbox schema mysql`, or (*MySQLStore).CreateSchema: %w",

@@ -52,10 +52,12 @@ func openDatabase(ctx context.Context, o options, worker bool) (database, error)
 	switch o.db {
 	case "postgres":
 		return openPostgres(ctx, o, worker)
-	case "mariadb", "mysql":
+	case "mariadb", "mysql", "tidb":
 		return openMariaDB(ctx, o, worker)
 	case "redis":
 		return openRedis(ctx, o, worker)
+	case "vitess":
+		return openVitess(ctx, o, worker)
 	}
 	return nil, fmt.Errorf("unknown database %q", o.db)
 }

@@ -20,6 +20,7 @@ type mariaDB struct {
 	run, dsn              string
 	inboxT, ledgerT, accT string
 	st                    *inbox.MySQLStore
+	engine                inbox.MySQLEngine
 }
 
 func openMariaDB(ctx context.Context, o options, worker bool) (*mariaDB, error) {
@@ -28,6 +29,9 @@ func openMariaDB(ctx context.Context, o options, worker bool) (*mariaDB, error) 
 		return nil, fmt.Errorf("-dsn: %w", err)
 	}
 	m := &mariaDB{run: o.run, dsn: o.dsn}
+	if o.db == "tidb" {
+		m.engine = inbox.MySQLTiDB
+	}
 	q := func(name string) string { return "`" + o.run + "`.`" + name + "`" }
 	m.inboxT, m.ledgerT, m.accT = q(o.run), q("ledger"), q("accounts")
 	if worker {
@@ -45,7 +49,7 @@ func openMariaDB(ctx context.Context, o options, worker bool) (*mariaDB, error) 
 		_ = m.db.Close()
 		return nil, fmt.Errorf("MariaDB at -dsn: %w", err)
 	}
-	if m.st, err = inbox.NewMySQLStore(m.db, inbox.MySQLConfig{Table: o.run}); err != nil {
+	if m.st, err = inbox.NewMySQLStore(m.db, inbox.MySQLConfig{Table: o.run, Engine: m.engine}); err != nil {
 		_ = m.db.Close()
 		return nil, err
 	}
@@ -67,7 +71,7 @@ func (m *mariaDB) setup(ctx context.Context, accounts int) error {
 		return err
 	}
 	defer runDB.Close()
-	st, err := inbox.NewMySQLStore(runDB, inbox.MySQLConfig{Table: m.run})
+	st, err := inbox.NewMySQLStore(runDB, inbox.MySQLConfig{Table: m.run, Engine: m.engine})
 	if err != nil {
 		return err
 	}

@@ -76,8 +76,8 @@ func parseFlags(args []string) (options, error) {
 	fs := flag.NewFlagSet("inbox-torture", flag.ContinueOnError)
 	fs.BoolVar(&o.worker, "worker", false, "run as a worker process (the parent starts them)")
 	fs.IntVar(&o.slot, "slot", 0, "the worker's slot, kept across restarts (its Kafka group instance id)")
-	fs.StringVar(&o.db, "db", "postgres", "database: postgres, mariadb, mysql (MySQL 8+, the same store as MariaDB) or redis (redisstore)")
-	fs.StringVar(&o.dsn, "dsn", "", "database DSN, or Redis address (default INBOX_POSTGRES_DSN, INBOX_MARIADB_DSN, INBOX_MYSQL_DSN or INBOX_REDIS_ADDR, or the local test database)")
+	fs.StringVar(&o.db, "db", "postgres", "database: postgres, mariadb, mysql (MySQL 8+, the same store as MariaDB), tidb, vitess (a vtgate DSN naming a sharded keyspace, with transaction_mode=%27TWOPC%27) or redis (redisstore)")
+	fs.StringVar(&o.dsn, "dsn", "", "database DSN, or Redis address (default INBOX_POSTGRES_DSN, INBOX_MARIADB_DSN, INBOX_MYSQL_DSN, INBOX_TIDB_DSN, INBOX_VITESS_DSN or INBOX_REDIS_ADDR, or the local test database)")
 	fs.StringVar(&o.transport, "transport", "direct", "how messages reach the workers: direct, kafka, rabbitmq, nats or redis")
 	fs.IntVar(&o.workers, "workers", 8, "consumer processes")
 	fs.IntVar(&o.messages, "messages", 60, "messages; message i credits i+1 to account i%accounts")
@@ -101,8 +101,8 @@ func parseFlags(args []string) (options, error) {
 		return o, err
 	}
 	switch {
-	case o.db != "postgres" && o.db != "mariadb" && o.db != "mysql" && o.db != "redis":
-		return o, fmt.Errorf("-db %q: use postgres, mariadb, mysql or redis", o.db)
+	case !slices.Contains([]string{"postgres", "mariadb", "mysql", "tidb", "vitess", "redis"}, o.db):
+		return o, fmt.Errorf("-db %q: use postgres, mariadb, mysql, tidb, vitess or redis", o.db)
 	case !slices.Contains([]string{"direct", "kafka", "rabbitmq", "nats", "redis"}, o.transport):
 		return o, fmt.Errorf("-transport %q: use direct, kafka, rabbitmq, nats or redis", o.transport)
 	case o.workers < 1, o.messages < 1, o.accounts < 1, o.concurrency < 1:
@@ -150,6 +150,10 @@ func defaultDSN(db string) string {
 		return envOr("INBOX_MYSQL_DSN", "root@tcp(127.0.0.1:3307)/test")
 	case "redis":
 		return envOr("INBOX_REDIS_ADDR", "127.0.0.1:6379")
+	case "tidb":
+		return envOr("INBOX_TIDB_DSN", "root@tcp(127.0.0.1:4000)/test")
+	case "vitess":
+		return envOr("INBOX_VITESS_DSN", "root@tcp(127.0.0.1:15303)/inbox?transaction_mode=%27TWOPC%27")
 	}
 	return envOr("INBOX_POSTGRES_DSN", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
 }

@@ -1,0 +1,30 @@
+-- The inbox tables for TiDB 8+: schema/mysql.sql without the server-side defaults of
+-- processed_at and started_at, which TiDB refuses (error 1064 near "UTC_TIMESTAMP(6))").
+-- A MySQLStore with Engine: inbox.MySQLTiDB writes both columns itself, in UTC; its
+-- CreateSchema runs this DDL. Run it as it is for the default table name "inbox".
+--
+-- Keys and consumers are VARBINARY: they compare byte for byte whatever the server's
+-- collation ('a' and 'a ' or 'A' are three keys).
+
+-- One row per processed message and consumer. The primary key is the only duplicate
+-- check: a second insert of a key waits on the first transaction's index entry.
+CREATE TABLE IF NOT EXISTS `inbox` (
+    `consumer`     VARBINARY(255) NOT NULL,
+    `key`          VARBINARY(255) NOT NULL,
+    `processed_at` DATETIME(6) NOT NULL,
+    `fingerprint`  BLOB NULL,      -- identifies the first delivery's content
+    `output`       LONGBLOB NULL,  -- the messages its handler produced, replayed on a duplicate
+    PRIMARY KEY (`consumer`, `key`),
+    INDEX `inbox_processed_at` (`processed_at`)  -- the purge scans keys by age
+) ENGINE=InnoDB;
+
+-- Started and cleanly ended attempts, written outside the handler's transaction, when
+-- Config.MaxAttempts is set: started - ended counts attempts that crashed the process.
+CREATE TABLE IF NOT EXISTS `inbox_attempts` (
+    `consumer`   VARBINARY(255) NOT NULL,
+    `key`        VARBINARY(255) NOT NULL,
+    `started`    INT NOT NULL DEFAULT 1,
+    `ended`      INT NOT NULL DEFAULT 0,
+    `started_at` DATETIME(6) NOT NULL,
+    PRIMARY KEY (`consumer`, `key`)
+) ENGINE=InnoDB;

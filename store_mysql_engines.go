@@ -1,0 +1,269 @@
+package inbox
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// MySQLEngine names the server behind a MySQLStore's DSN, for what differs from MySQL's
+// and MariaDB's InnoDB. See docs/distributed-sql.md.
+type MySQLEngine int
+
+const (
+	// MySQLInnoDB is MySQL 8+ or MariaDB 10.11+ with InnoDB tables.
+	MySQLInnoDB MySQLEngine = iota
+
+	// MySQLVitess is a vtgate of Vitess 0.24+ in front of a sharded keyspace. The store
+	// then:
+	//   - begins its transactions without SET TRANSACTION ISOLATION LEVEL, which vtgate
+	//     would keep on the pooled connection for the application's next transactions;
+	//     they run at the session's level (REPEATABLE READ unless the DSN sets
+	//     transaction_isolation), and MySQLConfig.Isolation must stay sql.LevelDefault;
+	//   - refuses, in New, a session whose transaction_mode is MULTI, where a commit
+	//     across shards is best-effort and can commit in part (see
+	//     MySQLConfig.AllowBestEffortCommit);
+	//   - adds its tables to the keyspace's VSchema in CreateSchema, sharded by the key
+	//     (xxhash vindex on `key`), so that a key and its attempts row share a shard;
+	//   - purges by reading the oldest keys first, then deleting them one by one, since
+	//     vtgate refuses a DELETE with ORDER BY and LIMIT across shards.
+	MySQLVitess
+
+	// MySQLTiDB is TiDB 8+ in its default pessimistic transaction mode. The store then
+	// writes processed_at and started_at itself (TiDB refuses the schema's DEFAULT
+	// (UTC_TIMESTAMP(6)); CreateSchema and schema/tidb.sql leave it out), reads a
+	// duplicate's stored row with FOR UPDATE (TiDB refuses LOCK IN SHARE MODE), and
+	// accepts only READ COMMITTED and REPEATABLE READ, the levels TiDB has.
+	MySQLTiDB
+)
+
+// String returns the engine's name.
+func (e MySQLEngine) String() string {
+	switch e {
+	case MySQLInnoDB:
+		return "MySQLInnoDB"
+	case MySQLVitess:
+		return "MySQLVitess"
+	case MySQLTiDB:
+		return "MySQLTiDB"
+	}
+	return fmt.Sprintf("MySQLEngine(%d)", int(e))
+}
+
+// TiDB's own error numbers the store classifies as contention.
+const (
+	tidbWriteConflict = 9007 // ErrWriteConflict: an optimistic transaction lost at commit
+	tidbRetryable     = 8022 // ErrTxnRetryable
+)
+
+// mysqlUTCDefault is the column default TiDB refuses.
+const mysqlUTCDefault = " DEFAULT (UTC_TIMESTAMP(6))"
+
+// checkEngine validates the fields that depend on the engine; it runs before the
+// isolation level is defaulted.
+func (cfg MySQLConfig) checkEngine() error {
+	switch cfg.Engine {
+	case MySQLInnoDB:
+		if cfg.AllowBestEffortCommit {
+			return errors.New("AllowBestEffortCommit is set and Engine is MySQLInnoDB: it applies to MySQLVitess only")
+		}
+	case MySQLVitess:
+		if cfg.Isolation != sql.LevelDefault {
+			return fmt.Errorf("Isolation is %v and Engine is MySQLVitess: vtgate keeps SET TRANSACTION ISOLATION LEVEL on its pooled connection for the application's next transactions; leave Isolation unset and set the level for every connection in the DSN (transaction_isolation=%%27READ-COMMITTED%%27)", cfg.Isolation)
+		}
+	case MySQLTiDB:
+		if cfg.AllowBestEffortCommit {
+			return errors.New("AllowBestEffortCommit is set and Engine is MySQLTiDB: it applies to MySQLVitess only")
+		}
+		switch cfg.Isolation {
+		case sql.LevelDefault, sql.LevelReadCommitted, sql.LevelRepeatableRead:
+		default:
+			return fmt.Errorf("Isolation is %v and Engine is MySQLTiDB: TiDB has READ COMMITTED and REPEATABLE READ only", cfg.Isolation)
+		}
+	default:
+		return fmt.Errorf("Engine is %v: use MySQLInnoDB, MySQLVitess or MySQLTiDB", cfg.Engine)
+	}
+	return nil
+}
+
+// forEngine adapts the InnoDB statements to engine e.
+func (q *mysqlQueries) forEngine(e MySQLEngine, table, attempts string) {
+	where := " WHERE `consumer` = ? AND `key` = ?"
+	switch e {
+	case MySQLTiDB:
+		q.insert = "INSERT INTO " + table + " (`consumer`, `key`, `fingerprint`, `processed_at`) VALUES (?, ?, ?, UTC_TIMESTAMP(6))"
+		q.stored = "SELECT `fingerprint`, `output` FROM " + table + where + " FOR UPDATE"
+		q.startAttempt = "INSERT INTO " + attempts + " (`consumer`, `key`, `started_at`) VALUES (?, ?, UTC_TIMESTAMP(6)) ON DUPLICATE KEY UPDATE `started` = `started` + 1"
+	case MySQLVitess:
+		// Scatter reads of the oldest rows; vtgate merges the shards' sorted results.
+		q.purge = "SELECT `consumer`, `key` FROM " + table + " WHERE `processed_at` < ? ORDER BY `processed_at` LIMIT ?"
+		q.purgeAttempts = "SELECT `consumer`, `key` FROM " + attempts + " WHERE `started_at` < ? ORDER BY `started_at` LIMIT ?"
+		q.purgeOne = "DELETE FROM " + table + where + " AND `processed_at` < ?"
+		q.purgeOneAttempt = "DELETE FROM " + attempts + where + " AND `started_at` < ?"
+	}
+}
+
+// mysqlSchemaFor returns the DDL of the store's tables for engine e.
+func mysqlSchemaFor(e MySQLEngine, table string) (string, error) {
+	ddl, err := MySQLSchema(table)
+	if err != nil || e != MySQLTiDB {
+		return ddl, err
+	}
+	return tidbSchema(ddl), nil
+}
+
+// tidbSchema is schema/mysql.sql without the server-side UTC defaults.
+func tidbSchema(ddl string) string {
+	return strings.ReplaceAll(ddl, mysqlUTCDefault, "")
+}
+
+// ownIsolation is the level of the store's own short transactions (attempts, Forget,
+// purge): READ COMMITTED, except on Vitess, where setting it would stick to the
+// connection.
+func (s *MySQLStore) ownIsolation() sql.IsolationLevel {
+	if s.cfg.Engine == MySQLVitess {
+		return sql.LevelDefault
+	}
+	return sql.LevelReadCommitted
+}
+
+// createEngineSchema runs what CreateSchema needs beyond the DDL: on Vitess, the VSchema
+// entries of both tables, unless the keyspace has them already. vtgate serves a change
+// a moment after ALTER VSCHEMA returns, and its schema tracker may then serve an older
+// version again (a rebuild begun before the change): it returns once two reads 100 ms
+// apart both show the entries, and adds a lost one again.
+func (s *MySQLStore) createEngineSchema(ctx context.Context) error {
+	if s.cfg.Engine != MySQLVitess {
+		return nil
+	}
+	tables := []string{s.cfg.Table, s.cfg.Table + "_attempts"}
+	seen := false // the last read showed both
+	for try := 0; ; try++ {
+		known, err := s.vschemaTables(ctx)
+		if err != nil {
+			return fmt.Errorf("inbox: reading the keyspace's VSchema: %w", err)
+		}
+		missing := 0
+		for _, t := range tables {
+			if known[t] {
+				continue
+			}
+			missing++
+			stmt := "ALTER VSCHEMA ON `" + t + "` ADD VINDEX `xxhash`(`key`) USING `xxhash`"
+			if _, err := s.db.ExecContext(ctx, stmt); err != nil {
+				return fmt.Errorf("inbox: adding %q to the keyspace's VSchema (%s: run it as a user vtgate's --vschema-ddl-authorized-users allows, or apply schema/vitess-vschema.json with vtctldclient ApplyVSchema): %w", t, stmt, err)
+			}
+		}
+		if missing == 0 && seen {
+			return nil
+		}
+		seen = missing == 0
+		if try == 20 {
+			return fmt.Errorf("inbox: vtgate does not serve the VSchema entries of %q and %q after 20 ALTER VSCHEMA rounds", tables[0], tables[1])
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// vschemaTables returns the tables of the connection's keyspace's VSchema.
+func (s *MySQLStore) vschemaTables(ctx context.Context) (map[string]bool, error) {
+	rows, err := s.db.QueryContext(ctx, "SHOW VSCHEMA TABLES")
+	if err != nil {
+		return nil, err
+	}
+	known := map[string]bool{}
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			_ = rows.Close()
+			return nil, err
+		}
+		known[name] = true
+	}
+	return known, errors.Join(rows.Err(), rows.Close())
+}
+
+// verifyEngine checks, before the tables are read, what New must refuse on the engine:
+// on Vitess, tables missing from the VSchema (vtgate reports them only in its error
+// text), and a best-effort commit across shards.
+func (s *MySQLStore) verifyEngine(ctx context.Context) error {
+	if s.cfg.Engine != MySQLVitess {
+		return nil
+	}
+	known, err := s.vschemaTables(ctx)
+	if err != nil {
+		return s.wrap("reading the keyspace's VSchema", err)
+	}
+	for _, t := range []string{s.cfg.Table, s.cfg.Table + "_attempts"} {
+		if !known[t] {
+			return fmt.Errorf("inbox: checking the tables: %w: table %q is not in the VSchema of the DSN's keyspace: run (*MySQLStore).CreateSchema, or create the tables of schema/mysql.sql and apply schema/vitess-vschema.json", ErrNoTable, t)
+		}
+	}
+	if s.cfg.AllowBestEffortCommit {
+		return nil
+	}
+	var mode string
+	if err := s.db.QueryRowContext(ctx, "SELECT @@transaction_mode").Scan(&mode); err != nil {
+		return s.wrap("reading vtgate's transaction_mode", err)
+	}
+	if strings.EqualFold(mode, "MULTI") {
+		return errors.New("inbox: vtgate's transaction_mode is MULTI, where a commit across shards is best-effort and can commit the key without the handler's writes or the other way round: " +
+			"put the handler's rows on the key's shard and use SINGLE (transaction_mode=%27SINGLE%27 in the DSN), or TWOPC (docs/distributed-sql.md: after crashes it can leave unresolved transactions), " +
+			"or set MySQLConfig.AllowBestEffortCommit if your handlers write to the key's shard only")
+	}
+	return nil
+}
+
+// purgeVitess deletes up to limit keys older than before, and as many attempt rows: it
+// reads the oldest across the shards, then deletes each on its own shard.
+func (s *MySQLStore) purgeVitess(ctx context.Context, before time.Time, limit int) (Purged, error) {
+	cutoff := before.UTC().Format(mysqlTimeFormat)
+	var n Purged
+	var err error
+	if n.Attempts, err = s.purgeRows(ctx, s.sql.purgeAttempts, s.sql.purgeOneAttempt, cutoff, limit); err != nil {
+		return n, s.wrap("purging", err)
+	}
+	if n.Keys, err = s.purgeRows(ctx, s.sql.purge, s.sql.purgeOne, cutoff, limit); err != nil {
+		return n, s.wrap("purging", err)
+	}
+	return n, nil
+}
+
+func (s *MySQLStore) purgeRows(ctx context.Context, oldest, deleteOne, cutoff string, limit int) (int64, error) {
+	rows, err := s.db.QueryContext(ctx, oldest, cutoff, limit)
+	if err != nil {
+		return 0, err
+	}
+	var keys [][2][]byte
+	for rows.Next() {
+		var k [2][]byte
+		if err := rows.Scan(&k[0], &k[1]); err != nil {
+			_ = rows.Close()
+			return 0, err
+		}
+		keys = append(keys, k)
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, k := range keys {
+		res, err := s.db.ExecContext(ctx, deleteOne, k[0], k[1], cutoff)
+		if err != nil {
+			return n, err
+		}
+		d, err := res.RowsAffected()
+		if err != nil {
+			return n, err
+		}
+		n += d
+	}
+	return n, nil
+}

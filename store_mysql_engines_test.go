@@ -1,0 +1,66 @@
+package inbox
+
+import (
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+)
+
+// codeOf drops a statement's leading comment lines, which differ between the files.
+func codeOf(stmt string) string {
+	lines := strings.Split(stmt, "\n")
+	for len(lines) > 0 && (strings.HasPrefix(lines[0], "--") || strings.TrimSpace(lines[0]) == "") {
+		lines = lines[1:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// schema/tidb.sql is schema/mysql.sql without the UTC defaults: the same statements
+// CreateSchema runs on TiDB.
+func TestTiDBSchemaFileMatchesTheStore(t *testing.T) {
+	file, err := os.ReadFile("schema/tidb.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ddl, err := mysqlSchemaFor(MySQLTiDB, DefaultTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, want := sqlStatements(string(file)), sqlStatements(ddl)
+	if len(got) != 2 || len(got) != len(want) {
+		t.Fatalf("schema/tidb.sql has %d statements, the store %d", len(got), len(want))
+	}
+	for i := range got {
+		if g, w := codeOf(got[i]), codeOf(want[i]); g != w {
+			t.Errorf("statement %d of schema/tidb.sql differs from the store's:\n%s\nwant:\n%s", i, g, w)
+		}
+	}
+}
+
+// schema/vitess-vschema.json shards both tables by the key, as CreateSchema does.
+func TestVitessVSchemaFileShardsByKey(t *testing.T) {
+	file, err := os.ReadFile("schema/vitess-vschema.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var vs struct {
+		Sharded  bool
+		Vindexes map[string]struct{ Type string }
+		Tables   map[string]struct {
+			ColumnVindexes []struct{ Column, Name string } `json:"column_vindexes"`
+		}
+	}
+	if err := json.Unmarshal(file, &vs); err != nil {
+		t.Fatal(err)
+	}
+	if !vs.Sharded || vs.Vindexes["xxhash"].Type != "xxhash" || len(vs.Tables) != 2 {
+		t.Fatalf("unexpected VSchema %+v", vs)
+	}
+	for _, name := range []string{DefaultTable, DefaultTable + "_attempts"} {
+		cv := vs.Tables[name].ColumnVindexes
+		if len(cv) != 1 || cv[0].Column != "key" || cv[0].Name != "xxhash" {
+			t.Errorf("table %q: column_vindexes %+v, want key by xxhash", name, cv)
+		}
+	}
+}
