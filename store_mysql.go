@@ -82,7 +82,7 @@ type MySQLStore struct {
 	// server is what the server said of itself, asked once, when LockTimeout or
 	// output needs it.
 	serverMu sync.Mutex
-	server   *mysqlServer
+	server   atomic.Pointer[mysqlServer]
 	// setOutputStmt and storedStmt are prepared with insertStmt, when it is: a stored
 	// output (inboxhttp, produced messages) and a duplicate's read then cost one round
 	// trip each instead of a prepare, an execute and a close.

@@ -152,15 +152,20 @@ type mysqlServer struct {
 
 // serverInfo asks the server, once, what the store needs to know of it.
 func (s *MySQLStore) serverInfo(ctx context.Context, tx *sql.Tx) (mysqlServer, error) {
+	if known := s.server.Load(); known != nil {
+		return *known, nil
+	}
 	s.serverMu.Lock()
 	defer s.serverMu.Unlock()
-	if s.server == nil {
-		var version string
-		var packet int
-		if err := tx.QueryRowContext(ctx, "SELECT VERSION(), @@max_allowed_packet").Scan(&version, &packet); err != nil {
-			return mysqlServer{}, err
-		}
-		s.server = &mysqlServer{mariaDB: strings.Contains(version, "MariaDB"), maxPacket: packet}
+	if known := s.server.Load(); known != nil {
+		return *known, nil
 	}
-	return *s.server, nil
+	var version string
+	var packet int
+	if err := tx.QueryRowContext(ctx, "SELECT VERSION(), @@max_allowed_packet").Scan(&version, &packet); err != nil {
+		return mysqlServer{}, err
+	}
+	known := &mysqlServer{mariaDB: strings.Contains(version, "MariaDB"), maxPacket: packet}
+	s.server.Store(known)
+	return *known, nil
 }

@@ -8,7 +8,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // PgxDB is what PostgresStore needs of a database. *pgxpool.Pool satisfies it, and so
@@ -265,43 +264,6 @@ func (s *PostgresStore) EndAttempt(ctx context.Context, consumer, key string) er
 	return nil
 }
 
-// attemptDB returns the handle attempts are counted through, never the connection of a
-// transaction the message context carries (the middleware joins it): a statement
-// there would run inside that transaction, and a BEGIN ... COMMIT would commit it. Over
-// a pool that is a second connection, waited for at most AttemptConnWait; over the
-// *pgx.Conn the joined transaction runs on, the count is refused.
-func (s *PostgresStore) attemptDB(ctx context.Context) (PgxDB, func(), error) {
-	joined := txFromContext(ctx)
-	if joined == nil {
-		return s.db, func() {}, nil
-	}
-	switch db := s.db.(type) {
-	case *pgxpool.Pool:
-		acquireCtx, cancel := context.WithTimeout(ctx, AttemptConnWait)
-		defer cancel()
-		conn, err := db.Acquire(acquireCtx)
-		if err != nil {
-			return nil, nil, attemptConnErr(ctx, err, "raise the pool's MaxConns above the number of handlers that run at once")
-		}
-		return conn, conn.Release, nil
-	case *pgx.Conn:
-		if tx, ok := joined.(pgx.Tx); ok && tx.Conn() == db {
-			return nil, nil, fmt.Errorf("inbox: counting the attempt: %w: the joined transaction runs on the store's *pgx.Conn, where counting would commit it; give the store a *pgxpool.Pool, or set MaxAttempts to 0", ErrAttemptsNeedConn)
-		}
-	}
-	return s.db, func() {}, nil
-}
-
-// attemptConnErr explains a second connection that did not come for an attempt count.
-func attemptConnErr(ctx context.Context, err error, fix string) error {
-	if ctx.Err() != nil {
-		return fmt.Errorf("inbox: counting the attempt: %w: the message context ended while waiting for a second connection of the pool, whose first the joined transaction holds; %s, or set MaxAttempts to 0: %w",
-			ErrAttemptsNeedConn, fix, err)
-	}
-	return fmt.Errorf("inbox: counting the attempt: %w: no second connection of the pool came free within %v while the joined transaction holds one; %s, or set MaxAttempts to 0: %w",
-		ErrAttemptsNeedConn, AttemptConnWait, fix, err)
-}
-
 // Forget implements Store.
 func (s *PostgresStore) Forget(ctx context.Context, consumer, key string) (bool, error) {
 	tag, err := s.db.Exec(ctx, s.sql.forget, consumer, storableKey(key))
@@ -371,108 +333,4 @@ func wrapPostgres(doing, table, createSchema string, err error) error {
 		}
 	}
 	return fmt.Errorf("inbox: %s: %w", doing, err)
-}
-
-// pgxInboxTx is the transaction of a claimed key.
-type pgxInboxTx struct {
-	tx     pgx.Tx
-	store  *PostgresStore
-	rec    Record
-	joined bool
-	// release gives the connection of a folded claim back to its pool once the
-	// transaction ended; nil otherwise.
-	release func()
-	// committed is set once commitWithOutput committed, past tx (which it bypasses).
-	committed bool
-}
-
-// commitWithOutput stores the output and commits in one round trip, the UPDATE and the
-// COMMIT pipelined on the folded claim's connection, where the store owns the
-// connection and gives it back itself: tx is bypassed and never used again.
-func (t *pgxInboxTx) commitWithOutput(ctx context.Context, output []byte) error {
-	defer t.done()
-	conn := t.tx.Conn()
-	if conn.PgConn().TxStatus() == 'I' { // the handler ended the transaction itself
-		_ = rollbackPgx(ctx, t.tx)
-		return fmt.Errorf("inbox: storing the produced messages: %w", ErrTxDone)
-	}
-	batch := &pgx.Batch{}
-	batch.Queue(t.store.sql.setOutput, t.rec.Consumer, t.rec.Key, output)
-	batch.Queue("commit")
-	results := conn.SendBatch(ctx, batch)
-	_, err := results.Exec()
-	var tag pgconn.CommandTag
-	if err == nil {
-		tag, err = results.Exec()
-	}
-	if closeErr := results.Close(); err == nil {
-		err = closeErr
-	}
-	if err == nil && tag.String() == "ROLLBACK" { // the transaction had failed
-		err = pgx.ErrTxCommitRollback
-	}
-	if err != nil {
-		return join(t.store.wrap("storing the output and committing", err), rollbackPgx(ctx, t.tx))
-	}
-	t.committed = true
-	return nil
-}
-
-func (t *pgxInboxTx) Handle() any { return t.tx }
-
-func (t *pgxInboxTx) Commit(ctx context.Context, output []byte) error {
-	if output != nil && !t.joined && t.release != nil {
-		return t.commitWithOutput(ctx, output)
-	}
-	if output != nil {
-		if _, err := t.tx.Exec(ctx, t.store.sql.setOutput, t.rec.Consumer, t.rec.Key, output); err != nil {
-			err = t.ended("storing the produced messages", err)
-			if t.release != nil { // end it here, so the connection goes back now
-				err = join(err, rollbackPgx(ctx, t.tx))
-				t.done()
-			}
-			return err
-		}
-	}
-	if t.joined {
-		return nil
-	}
-	defer t.done()
-	if err := t.tx.Commit(ctx); err != nil {
-		return t.ended("committing", err)
-	}
-	return nil
-}
-
-func (t *pgxInboxTx) Rollback(ctx context.Context) error {
-	if t.joined || t.committed {
-		return nil
-	}
-	defer t.done()
-	return rollbackPgx(ctx, t.tx)
-}
-
-// done releases the connection of a folded claim, once.
-func (t *pgxInboxTx) done() {
-	if t.release != nil {
-		t.release()
-		t.release = nil
-	}
-}
-
-func (t *pgxInboxTx) ended(doing string, err error) error {
-	if errors.Is(err, pgx.ErrTxClosed) {
-		return fmt.Errorf("inbox: %s: %w", doing, ErrTxDone)
-	}
-	return t.store.wrap(doing, err)
-}
-
-// rollbackPgx rolls tx back even when ctx is cancelled; a transaction already ended is
-// not an error.
-func rollbackPgx(ctx context.Context, tx pgx.Tx) error {
-	err := tx.Rollback(context.WithoutCancel(ctx))
-	if err != nil && !errors.Is(err, pgx.ErrTxClosed) {
-		return fmt.Errorf("inbox: rolling back: %w", err)
-	}
-	return nil
 }

@@ -153,27 +153,3 @@ func joinedSQLTx(tx any, store string) (*sql.Tx, error) {
 	}
 	return sqlTx, nil
 }
-
-// attemptDB returns the handle a database/sql store counts attempts through, never the
-// connection of a transaction the message context carries (the middleware joins it): a
-// statement there would run inside that transaction. Over a *sql.DB that is a second
-// connection, waited for at most AttemptConnWait; over a *sql.Conn, which the joined
-// transaction may be running on (database/sql cannot tell), the count is refused.
-func attemptDB(ctx context.Context, db SQLDB) (SQLDB, func(), error) {
-	if txFromContext(ctx) == nil {
-		return db, func() {}, nil
-	}
-	switch db := db.(type) {
-	case *sql.DB:
-		acquireCtx, cancel := context.WithTimeout(ctx, AttemptConnWait)
-		defer cancel()
-		conn, err := db.Conn(acquireCtx)
-		if err != nil {
-			return nil, nil, attemptConnErr(ctx, err, "raise SetMaxOpenConns above the number of handlers that run at once")
-		}
-		return conn, func() { _ = conn.Close() }, nil
-	case *sql.Conn:
-		return nil, nil, fmt.Errorf("inbox: counting the attempt: %w: the store's handle is a *sql.Conn, which the joined transaction may be running on; give the store the *sql.DB, or set MaxAttempts to 0", ErrAttemptsNeedConn)
-	}
-	return db, func() {}, nil
-}

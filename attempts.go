@@ -1,0 +1,74 @@
+package inbox
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// The handles attempt counts go through (Config.MaxAttempts, ADR 7): never the
+// connection of a transaction the middleware joins.
+
+// attemptDB returns the handle attempts are counted through, never the connection of a
+// transaction the message context carries (the middleware joins it): a statement
+// there would run inside that transaction, and a BEGIN ... COMMIT would commit it. Over
+// a pool that is a second connection, waited for at most AttemptConnWait; over the
+// *pgx.Conn the joined transaction runs on, the count is refused.
+func (s *PostgresStore) attemptDB(ctx context.Context) (PgxDB, func(), error) {
+	joined := txFromContext(ctx)
+	if joined == nil {
+		return s.db, func() {}, nil
+	}
+	switch db := s.db.(type) {
+	case *pgxpool.Pool:
+		acquireCtx, cancel := context.WithTimeout(ctx, AttemptConnWait)
+		defer cancel()
+		conn, err := db.Acquire(acquireCtx)
+		if err != nil {
+			return nil, nil, attemptConnErr(ctx, err, "raise the pool's MaxConns above the number of handlers that run at once")
+		}
+		return conn, conn.Release, nil
+	case *pgx.Conn:
+		if tx, ok := joined.(pgx.Tx); ok && tx.Conn() == db {
+			return nil, nil, fmt.Errorf("inbox: counting the attempt: %w: the joined transaction runs on the store's *pgx.Conn, where counting would commit it; give the store a *pgxpool.Pool, or set MaxAttempts to 0", ErrAttemptsNeedConn)
+		}
+	}
+	return s.db, func() {}, nil
+}
+
+// attemptConnErr explains a second connection that did not come for an attempt count.
+func attemptConnErr(ctx context.Context, err error, fix string) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("inbox: counting the attempt: %w: the message context ended while waiting for a second connection of the pool, whose first the joined transaction holds; %s, or set MaxAttempts to 0: %w",
+			ErrAttemptsNeedConn, fix, err)
+	}
+	return fmt.Errorf("inbox: counting the attempt: %w: no second connection of the pool came free within %v while the joined transaction holds one; %s, or set MaxAttempts to 0: %w",
+		ErrAttemptsNeedConn, AttemptConnWait, fix, err)
+}
+
+// attemptDB returns the handle a database/sql store counts attempts through, never the
+// connection of a transaction the message context carries (the middleware joins it): a
+// statement there would run inside that transaction. Over a *sql.DB that is a second
+// connection, waited for at most AttemptConnWait; over a *sql.Conn, which the joined
+// transaction may be running on (database/sql cannot tell), the count is refused.
+func attemptDB(ctx context.Context, db SQLDB) (SQLDB, func(), error) {
+	if txFromContext(ctx) == nil {
+		return db, func() {}, nil
+	}
+	switch db := db.(type) {
+	case *sql.DB:
+		acquireCtx, cancel := context.WithTimeout(ctx, AttemptConnWait)
+		defer cancel()
+		conn, err := db.Conn(acquireCtx)
+		if err != nil {
+			return nil, nil, attemptConnErr(ctx, err, "raise SetMaxOpenConns above the number of handlers that run at once")
+		}
+		return conn, func() { _ = conn.Close() }, nil
+	case *sql.Conn:
+		return nil, nil, fmt.Errorf("inbox: counting the attempt: %w: the store's handle is a *sql.Conn, which the joined transaction may be running on; give the store the *sql.DB, or set MaxAttempts to 0", ErrAttemptsNeedConn)
+	}
+	return db, func() {}, nil
+}
