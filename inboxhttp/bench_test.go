@@ -16,6 +16,7 @@ import (
 	"github.com/watermill-inbox/inbox"
 	"github.com/watermill-inbox/inbox/inboxhttp"
 	"github.com/watermill-inbox/inbox/internal/benchload"
+	"github.com/watermill-inbox/inbox/internal/sqltest"
 )
 
 // The benchmarks pair every candidate with its baseline op by op in one process
@@ -44,7 +45,7 @@ func newHTTPTarget(b *testing.B, flavour string) *httpTarget {
 	variable, _ := benchload.DSN(flavour)
 	pool, db, closeFn, err := benchload.Open(ctx, flavour, false)
 	if err != nil {
-		unavailable(b, flavour, variable, err)
+		sqltest.Unavailable(b, flavour, variable, err)
 	}
 	b.Cleanup(closeFn)
 	suffix := fmt.Sprintf("%d_%08x_h", time.Now().UnixNano()%1e9, rand.Uint32())

@@ -14,6 +14,7 @@ import (
 
 	"github.com/watermill-inbox/inbox"
 	"github.com/watermill-inbox/inbox/inboxhttp"
+	"github.com/watermill-inbox/inbox/internal/sqltest"
 )
 
 // What is not stored: panics, 5xx, oversized bodies, failed commits, streams.
@@ -109,7 +110,7 @@ func TestCommitFails(t *testing.T) {
 	t.Parallel()
 	b := newBackend(t, "pgx")
 	ctx := context.Background()
-	table := pgx.Identifier{tableName("deferred")}.Sanitize()
+	table := pgx.Identifier{sqltest.Name("deferred")}.Sanitize()
 	_, err := b.pool.Exec(ctx, `CREATE TABLE `+table+` (id int, UNIQUE (id) DEFERRABLE INITIALLY DEFERRED); INSERT INTO `+table+` VALUES (1)`)
 	require.NoError(t, err)
 	t.Cleanup(func() { _, _ = b.pool.Exec(context.Background(), `DROP TABLE IF EXISTS `+table) })

@@ -5,12 +5,9 @@ import (
 	"database/sql"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
-	"time"
 
 	_ "github.com/go-sql-driver/mysql" // the "mysql" database/sql driver
 	"github.com/jackc/pgx/v5"
@@ -19,37 +16,22 @@ import (
 
 	"github.com/watermill-inbox/inbox"
 	"github.com/watermill-inbox/inbox/inboxhttp"
+	"github.com/watermill-inbox/inbox/internal/sqltest"
 )
 
 // The tests run on real PostgreSQL (pgx) and MariaDB, each request through a real server
 // on loopback and a real client. Outside CI a database that cannot be reached skips its
 // tests, naming the variable to set; under CI (CI=true) it fails them.
 
-func postgresDSN() string {
-	if dsn := os.Getenv("INBOX_POSTGRES_DSN"); dsn != "" {
-		return dsn
+// testDSN is the DSN of the test database named so in sqltest.Databases
+// ("postgres", "mariadb"): the environment's, or the local default.
+func testDSN(name string) string {
+	for _, d := range sqltest.Databases() {
+		if d.Name == name {
+			return d.DSN
+		}
 	}
-	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-}
-
-func mariaDBDSN() string {
-	if dsn := os.Getenv("INBOX_MARIADB_DSN"); dsn != "" {
-		return dsn
-	}
-	return "root@tcp(127.0.0.1:3306)/test"
-}
-
-func unavailable(t testing.TB, what, variable string, err error) {
-	t.Helper()
-	msg := fmt.Sprintf("%s is not reachable (set %s): %v", what, variable, err)
-	if os.Getenv("CI") != "" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
-}
-
-func tableName(prefix string) string {
-	return fmt.Sprintf("%s_%d_%08x", prefix, time.Now().UnixNano()%1e6, rand.Uint32())
+	panic("no test database " + name)
 }
 
 var backendNames = []string{"pgx", "mariadb"}
@@ -73,7 +55,7 @@ func openBackend(t testing.TB, name, table, ledger string, create bool, tweak fu
 	b := backend{name: name, table: table, ledger: ledger}
 	switch name {
 	case "pgx":
-		cfg, err := pgxpool.ParseConfig(postgresDSN())
+		cfg, err := pgxpool.ParseConfig(testDSN("postgres"))
 		require.NoError(t, err)
 		cfg.MaxConns = 20
 		if tweak != nil {
@@ -84,7 +66,7 @@ func openBackend(t testing.TB, name, table, ledger string, create bool, tweak fu
 			err = pool.Ping(ctx)
 		}
 		if err != nil {
-			unavailable(t, "PostgreSQL", "INBOX_POSTGRES_DSN", err)
+			sqltest.Unavailable(t, "PostgreSQL", "INBOX_POSTGRES_DSN", err)
 		}
 		t.Cleanup(pool.Close)
 		store, err := inbox.NewPostgresStore(pool, inbox.PostgresConfig{Table: table})
@@ -114,7 +96,7 @@ func openBackend(t testing.TB, name, table, ledger string, create bool, tweak fu
 	case "mariadb":
 		dsn := mysqlDSN
 		if dsn == "" {
-			dsn = mariaDBDSN()
+			dsn = testDSN("mariadb")
 		}
 		db, err := sql.Open("mysql", dsn)
 		require.NoError(t, err)
@@ -122,7 +104,7 @@ func openBackend(t testing.TB, name, table, ledger string, create bool, tweak fu
 		db.SetMaxIdleConns(20)
 		t.Cleanup(func() { _ = db.Close() })
 		if err := db.PingContext(ctx); err != nil {
-			unavailable(t, "MariaDB", "INBOX_MARIADB_DSN", err)
+			sqltest.Unavailable(t, "MariaDB", "INBOX_MARIADB_DSN", err)
 		}
 		store, err := inbox.NewMySQLStore(db, inbox.MySQLConfig{Table: table})
 		require.NoError(t, err)
@@ -155,7 +137,7 @@ func openBackend(t testing.TB, name, table, ledger string, create bool, tweak fu
 }
 
 func newBackend(t testing.TB, name string) backend {
-	return openBackend(t, name, tableName("inbox"), tableName("ledger"), true, nil, "")
+	return openBackend(t, name, sqltest.Name("inbox"), sqltest.Name("ledger"), true, nil, "")
 }
 
 // newMiddleware returns the middleware over b with cfg (Inbox and Consumer filled in).

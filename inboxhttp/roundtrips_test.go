@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/watermill-inbox/inbox/inboxhttp"
+	"github.com/watermill-inbox/inbox/internal/sqltest"
 )
 
 // roundTrips counts the round trips of the database connections it dialled: a run of
@@ -74,7 +75,7 @@ func TestRoundTrips(t *testing.T) {
 			var b backend
 			switch tt.backend {
 			case "pgx":
-				b = openBackend(t, "pgx", tableName("inbox"), tableName("ledger"), true, func(c *pgxpool.Config) {
+				b = openBackend(t, "pgx", sqltest.Name("inbox"), sqltest.Name("ledger"), true, func(c *pgxpool.Config) {
 					c.MaxConns = 1
 					c.ConnConfig.DialFunc = rt.dial
 					c.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
@@ -86,10 +87,10 @@ func TestRoundTrips(t *testing.T) {
 					})
 				})
 				rt = mysqlRoundTrips
-				cfg, err := mysql.ParseDSN(mariaDBDSN())
+				cfg, err := mysql.ParseDSN(testDSN("mariadb"))
 				require.NoError(t, err)
 				cfg.Net = "counted"
-				b = openBackend(t, "mariadb", tableName("inbox"), tableName("ledger"), true, nil, cfg.FormatDSN())
+				b = openBackend(t, "mariadb", sqltest.Name("inbox"), sqltest.Name("ledger"), true, nil, cfg.FormatDSN())
 			}
 			p := &payments{b: b}
 			url := serve(t, newMiddleware(t, b, inboxhttp.Config{}), p)

@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/watermill-inbox/inbox"
+	"github.com/watermill-inbox/inbox/internal/sqltest"
 	"github.com/watermill-inbox/inbox/outbox"
 )
 
@@ -55,9 +56,9 @@ func TestCrashAfterCommitEachEffectHappensOnce(t *testing.T) {
 	notified := runNotifications(t, pool, amqpSub, queue, r)
 	runForwarder(t, pool, ob, "forwarder", amqpPub)
 
-	topic := uniqueName("orders")
+	topic := sqltest.Name("orders")
 	deleteKafkaTopicLater(t, brokers, topic)
-	order := uniqueName("order")
+	order := sqltest.Name("order")
 	payload, err := json.Marshal(orderPaid{OrderID: order, CashbackCents: 190})
 	require.NoError(t, err)
 	require.NoError(t, kafkaPublisher(t, brokers).Publish(topic, message.NewMessage(order, payload)))
@@ -70,7 +71,7 @@ func TestCrashAfterCommitEachEffectHappensOnce(t *testing.T) {
 		"OUTBOX_WALLET_TABLE=" + wallet,
 		"OUTBOX_FORWARDER_TOPIC=" + ob.Config().ForwarderTopic,
 		"OUTBOX_ORDERS_TOPIC=" + topic,
-		"OUTBOX_GROUP=" + uniqueName("billing"),
+		"OUTBOX_GROUP=" + sqltest.Name("billing"),
 		"OUTBOX_CASHBACK_QUEUE=" + queue,
 	}
 
@@ -196,7 +197,7 @@ func billingHandler(ob *outbox.Outbox, wallet, dest string) message.NoPublishHan
 // newWallet creates the table of wallet credits, one row per credit.
 func newWallet(t testing.TB, pool *pgxpool.Pool) string {
 	t.Helper()
-	table := uniqueName("wallet")
+	table := sqltest.Name("wallet")
 	_, err := pool.Exec(context.Background(), `CREATE TABLE `+pgx.Identifier{table}.Sanitize()+` (order_id text NOT NULL, cents bigint NOT NULL)`)
 	require.NoError(t, err)
 	dropLater(t, pool, table)

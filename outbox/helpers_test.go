@@ -3,7 +3,6 @@ package outbox_test
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"strings"
 	"testing"
@@ -22,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/watermill-inbox/inbox"
+	"github.com/watermill-inbox/inbox/internal/sqltest"
 	"github.com/watermill-inbox/inbox/outbox"
 )
 
@@ -30,33 +30,14 @@ import (
 // naming the variable to set; under CI (CI=true) it fails them. This package's Kafka and
 // RabbitMQ setup is its own, a few lines each.
 
-func postgresDSN() string {
-	if dsn := os.Getenv("INBOX_POSTGRES_DSN"); dsn != "" {
-		return dsn
-	}
-	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-}
+// postgresDSN is the test PostgreSQL's DSN, as sqltest reads it from the environment.
+func postgresDSN() string { return sqltest.Databases()[0].DSN }
 
 func amqpURL() string {
 	if u := os.Getenv("INBOX_AMQP_URL"); u != "" {
 		return u
 	}
 	return "amqp://guest:guest@127.0.0.1:5672/"
-}
-
-// unavailable fails the test under CI and skips it elsewhere.
-func unavailable(t testing.TB, what, variable string, err error) {
-	t.Helper()
-	msg := fmt.Sprintf("%s is not reachable (set %s): %v", what, variable, err)
-	if os.Getenv("CI") != "" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
-}
-
-// uniqueName returns a fresh name for one test's table, topic or queue.
-func uniqueName(prefix string) string {
-	return fmt.Sprintf("%s_%d_%08x", prefix, time.Now().UnixNano()%1e6, rand.Uint32())
 }
 
 func pgPool(t testing.TB) *pgxpool.Pool {
@@ -68,7 +49,7 @@ func pgPool(t testing.TB) *pgxpool.Pool {
 		err = pool.Ping(ctx)
 	}
 	if err != nil {
-		unavailable(t, "PostgreSQL", "INBOX_POSTGRES_DSN", err)
+		sqltest.Unavailable(t, "PostgreSQL", "INBOX_POSTGRES_DSN", err)
 	}
 	t.Cleanup(pool.Close)
 	return pool
@@ -86,7 +67,7 @@ func dropLater(t testing.TB, pool *pgxpool.Pool, tables ...string) {
 // newInbox returns an Inbox on a fresh PostgresStore table, and the table's name.
 func newInbox(t testing.TB, pool *pgxpool.Pool, consumer string) (*inbox.Inbox, string) {
 	t.Helper()
-	table := uniqueName("inbox")
+	table := sqltest.Name("inbox")
 	store, err := inbox.NewPostgresStore(pool, inbox.PostgresConfig{Table: table})
 	require.NoError(t, err)
 	require.NoError(t, store.CreateSchema(context.Background()))
@@ -99,7 +80,7 @@ func newInbox(t testing.TB, pool *pgxpool.Pool, consumer string) (*inbox.Inbox, 
 // newOutbox returns an Outbox on a fresh forwarder topic whose tables exist.
 func newOutbox(t testing.TB, pool *pgxpool.Pool) *outbox.Outbox {
 	t.Helper()
-	ob, err := outbox.New(outbox.Config{ForwarderTopic: uniqueName("outbox")})
+	ob, err := outbox.New(outbox.Config{ForwarderTopic: sqltest.Name("outbox")})
 	require.NoError(t, err)
 	createOutboxSchema(t, pool, ob)
 	return ob
@@ -166,10 +147,10 @@ func amqpQueue(t testing.TB) (string, *amqp.Publisher, *amqp.Subscriber) {
 	t.Helper()
 	conn, err := amqp091.Dial(amqpURL())
 	if err != nil {
-		unavailable(t, "RabbitMQ", "INBOX_AMQP_URL", err)
+		sqltest.Unavailable(t, "RabbitMQ", "INBOX_AMQP_URL", err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	queue := uniqueName("outbox_test")
+	queue := sqltest.Name("outbox_test")
 	cfg := amqp.NewDurableQueueConfig(amqpURL())
 	sub, err := amqp.NewSubscriber(cfg, watermill.NopLogger{})
 	require.NoError(t, err)
@@ -192,12 +173,12 @@ func kafkaBrokers(t testing.TB) []string {
 	t.Helper()
 	env := os.Getenv("KAFKA_BROKERS")
 	if env == "" {
-		unavailable(t, "Kafka", "KAFKA_BROKERS", fmt.Errorf("KAFKA_BROKERS is empty (start scripts/kafka-dev.sh and set KAFKA_BROKERS=127.0.0.1:9092)"))
+		sqltest.Unavailable(t, "Kafka", "KAFKA_BROKERS", fmt.Errorf("KAFKA_BROKERS is empty (start scripts/kafka-dev.sh and set KAFKA_BROKERS=127.0.0.1:9092)"))
 	}
 	brokers := strings.Split(env, ",")
 	admin, err := sarama.NewClusterAdmin(brokers, sarama.NewConfig())
 	if err != nil {
-		unavailable(t, "Kafka", "KAFKA_BROKERS", err)
+		sqltest.Unavailable(t, "Kafka", "KAFKA_BROKERS", err)
 	}
 	_ = admin.Close()
 	return brokers
@@ -264,7 +245,7 @@ type receipts struct {
 
 func newReceipts(t testing.TB, pool *pgxpool.Pool) *receipts {
 	t.Helper()
-	r := &receipts{pool: pool, table: uniqueName("receipts")}
+	r := &receipts{pool: pool, table: sqltest.Name("receipts")}
 	_, err := pool.Exec(context.Background(), `CREATE TABLE `+pgx.Identifier{r.table}.Sanitize()+` (event_uuid text NOT NULL, payload text NOT NULL)`)
 	require.NoError(t, err)
 	dropLater(t, pool, r.table)
