@@ -203,6 +203,48 @@ func exerciseCombinations(t *testing.T, f storeFlavour) {
 		require.False(t, dup)
 	})
 
+	t.Run("StoredResultWithTheOtherFeatures", func(t *testing.T) {
+		t.Parallel()
+		fx := f.open(t, storeOpts{lockTimeout: time.Second})
+		counting := newTestInbox(t, fx.store, inbox.Config{MaxAttempts: 2})
+		plain := newTestInbox(t, fx.store, inbox.Config{})
+		result := []byte{0, 0xff, 'o', 'k'}
+		run := func(ctx context.Context, ib *inbox.Inbox, key string) (inbox.Result, error) {
+			return ib.ProcessResult(ctx, "billing", key, []byte("fp"), func(ctx context.Context) ([]byte, error) {
+				return result, fx.ledger.credit(ctx, 1)
+			})
+		}
+		// With MaxAttempts and LockTimeout: a context that ended stores nothing; the next
+		// call stores the bytes and a duplicate gets them back.
+		cctx, cancel := context.WithCancel(ctx)
+		cancel()
+		_, err := run(cctx, counting, "order-1")
+		require.ErrorIs(t, err, context.Canceled)
+		res, err := run(ctx, counting, "order-1")
+		require.NoError(t, err)
+		require.False(t, res.Duplicate)
+		require.Equal(t, result, res.Output)
+		res, err = run(ctx, counting, "order-1")
+		require.NoError(t, err)
+		require.True(t, res.Duplicate)
+		require.Equal(t, result, res.Output)
+		want := 1
+		if !f.caps.noJoin { // in a transaction from another handle, the result commits with it
+			want++
+			tx, end := fx.beginOther(t)
+			res, err := run(inbox.ContextWithTx(ctx, tx), plain, "order-2")
+			require.NoError(t, err)
+			require.False(t, res.Duplicate)
+			require.NoError(t, end(true))
+			res, err = run(ctx, plain, "order-2")
+			require.NoError(t, err)
+			require.True(t, res.Duplicate)
+			require.Equal(t, result, res.Output)
+		}
+		_, credits := fx.ledger.balance(t)
+		require.Equal(t, want, credits)
+	})
+
 	t.Run("ReplayKeepsTheBytes", func(t *testing.T) {
 		t.Parallel()
 		fx := f.open(t, storeOpts{})

@@ -216,15 +216,17 @@ func TestObserver_ClaimWaitOnFailures(t *testing.T) {
 	t.Run("claim fails", func(t *testing.T) {
 		t.Parallel()
 		obs := &observations{}
-		ib := newTestInbox(t, newPgxStore(t, pool, inbox.PostgresConfig{}), inbox.Config{Observer: obs})
-		ctx, cancel := context.WithCancel(context.Background())
-		cancel()
-		_, err := ib.Process(ctx, "billing", "order-1", func(context.Context) error { return nil })
-		require.ErrorIs(t, err, context.Canceled)
+		table := tableName("observe")
+		ib := newTestInbox(t, newPgxStore(t, pool, inbox.PostgresConfig{Table: table}), inbox.Config{Observer: obs})
+		// The claim is sent and the database refuses it: the table went after New.
+		_, err := pool.Exec(context.Background(), `DROP TABLE `+pgx.Identifier{table}.Sanitize())
+		require.NoError(t, err)
+		_, err = ib.Process(context.Background(), "billing", "order-1", func(context.Context) error { return nil })
+		require.ErrorIs(t, err, inbox.ErrNoTable)
 		got := obs.one(t)
 		require.Equal(t, inbox.OutcomeFailed, got.o.Outcome)
 		require.Positive(t, got.o.ClaimWait)
-		require.ErrorIs(t, got.o.Err, context.Canceled)
+		require.ErrorIs(t, got.o.Err, inbox.ErrNoTable)
 	})
 
 	t.Run("contended", func(t *testing.T) {

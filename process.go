@@ -14,6 +14,12 @@ import (
 // commits what fn returns as the stored output. It returns how long the claim took, and
 // fn's error unchanged. msg, nil for Process, is the message observations concern.
 func (ib *Inbox) process(ctx context.Context, rec Record, msg *message.Message, fn func(ctx context.Context) ([]byte, error)) (Claim, time.Duration, error) {
+	// Nothing is sent on a context that already ended: pgx, and its database/sql driver,
+	// close the connection of a statement whose context is done, which kills a *pgx.Conn
+	// or *sql.Conn handle for every later message.
+	if err := ctx.Err(); err != nil {
+		return Claim{}, 0, ib.fail(ctx, rec, msg, OutcomeFailed, 0, context.Cause(ctx))
+	}
 	joined := txFromContext(ctx)
 	unfinished := 0
 	if ib.cfg.MaxAttempts > 0 {
