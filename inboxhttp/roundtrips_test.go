@@ -5,7 +5,6 @@ import (
 	"net"
 	"net/http"
 	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/go-sql-driver/mysql"
@@ -16,39 +15,8 @@ import (
 	"github.com/watermill-inbox/inbox/internal/sqltest"
 )
 
-// roundTrips counts the round trips of the database connections it dialled: a run of
-// writes followed by a read is one (a statement close that expects no answer and the
-// next command share one).
-type roundTrips struct{ n atomic.Int64 }
-
-type countingConn struct {
-	net.Conn
-	rt      *roundTrips
-	writing atomic.Bool
-}
-
-func (c *countingConn) Write(p []byte) (int, error) {
-	if !c.writing.Swap(true) {
-		c.rt.n.Add(1)
-	}
-	return c.Conn.Write(p)
-}
-
-func (c *countingConn) Read(p []byte) (int, error) {
-	c.writing.Store(false)
-	return c.Conn.Read(p)
-}
-
-func (rt *roundTrips) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
-	if err != nil {
-		return nil, err
-	}
-	return &countingConn{Conn: conn, rt: rt}, nil
-}
-
 var registerCountedDial sync.Once
-var mysqlRoundTrips = &roundTrips{}
+var mysqlRoundTrips = &sqltest.RoundTrips{}
 
 // TestRoundTrips counts the database round trips of one request, over one connection:
 // a first request (claim, the handler's INSERT, the commit with the stored response)
@@ -71,19 +39,19 @@ func TestRoundTrips(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.backend, func(t *testing.T) {
 			t.Parallel()
-			rt := &roundTrips{}
+			rt := &sqltest.RoundTrips{}
 			var b backend
 			switch tt.backend {
 			case "pgx":
 				b = openBackend(t, "pgx", sqltest.Name("inbox"), sqltest.Name("ledger"), true, func(c *pgxpool.Config) {
 					c.MaxConns = 1
-					c.ConnConfig.DialFunc = rt.dial
+					c.ConnConfig.DialFunc = rt.Dial
 					c.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
 				}, "")
 			case "mariadb":
 				registerCountedDial.Do(func() {
 					mysql.RegisterDialContext("counted", func(ctx context.Context, addr string) (net.Conn, error) {
-						return mysqlRoundTrips.dial(ctx, "tcp", addr)
+						return mysqlRoundTrips.Dial(ctx, "tcp", addr)
 					})
 				})
 				rt = mysqlRoundTrips
@@ -101,15 +69,15 @@ func TestRoundTrips(t *testing.T) {
 				require.NoError(t, err)
 			}
 
-			rt.n.Store(0)
+			rt.N.Store(0)
 			got, err := post(t, client, url, "counted", `{"amount":1}`)
 			require.NoError(t, err)
 			require.Equal(t, http.StatusCreated, got.status)
-			first := rt.n.Swap(0)
+			first := rt.N.Swap(0)
 			got, err = post(t, client, url, "counted", `{"amount":1}`)
 			require.NoError(t, err)
 			require.True(t, got.replayed())
-			replay := rt.n.Swap(0)
+			replay := rt.N.Swap(0)
 			t.Logf("%s: %d round trips for a first request, %d for a replay (%s)", tt.backend, first, replay, tt.why)
 			require.Equal(t, tt.first, first, tt.why)
 			require.Equal(t, tt.replay, replay, tt.why)
