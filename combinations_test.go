@@ -167,17 +167,15 @@ func exerciseCombinations(t *testing.T, f storeFlavour) {
 		}
 		t.Parallel()
 		fx := f.open(t, storeOpts{})
-		for i := range 5 { // crashed attempts: counts without keys
-			_, err := fx.store.StartAttempt(ctx, "billing", fmt.Sprint("crashed-", i))
-			require.NoError(t, err)
+		for i := range 5 { // crashed attempts: attempt rows without keys
+			crashedAttempt(t, fx.store, "billing", fmt.Sprint("crashed-", i))
 		}
 		time.Sleep(20 * time.Millisecond)
-		_, err := inbox.Purge(ctx, fx.store, inbox.PurgeConfig{OlderThan: time.Millisecond, Force: true, BatchSize: 2})
+		purged, err := inbox.Purge(ctx, fx.store, inbox.PurgeConfig{OlderThan: time.Millisecond, Force: true, BatchSize: 2})
 		require.NoError(t, err)
+		require.Zero(t, purged, "no key committed")
 		for i := range 5 {
-			unfinished, err := fx.store.StartAttempt(ctx, "billing", fmt.Sprint("crashed-", i))
-			require.NoError(t, err)
-			require.Zero(t, unfinished, "the attempt count of crashed-%d was purged", i)
+			require.Zero(t, crashedAttempt(t, fx.store, "billing", fmt.Sprint("crashed-", i)), "the attempt of crashed-%d was purged", i)
 		}
 	})
 
@@ -189,8 +187,7 @@ func exerciseCombinations(t *testing.T, f storeFlavour) {
 		fx := f.open(t, storeOpts{})
 		ib := newTestInbox(t, fx.store, inbox.Config{MaxAttempts: 1})
 		for i := range 5 { // older crashed attempts, which a purge batch meets first
-			_, err := fx.store.StartAttempt(ctx, "billing", fmt.Sprint("crashed-", i))
-			require.NoError(t, err)
+			crashedAttempt(t, fx.store, "billing", fmt.Sprint("crashed-", i))
 		}
 		time.Sleep(5 * time.Millisecond)
 		_, err := creditOnce(ctx, ib, fx.ledger, "billing", "order-1", 1)

@@ -351,14 +351,24 @@ func exerciseStore(t *testing.T, f storeFlavour) {
 	t.Run("AttemptsCountCrashes", func(t *testing.T) {
 		fx, _ := setup(t)
 		for want := range 3 {
-			unfinished, err := fx.store.StartAttempt(ctx, "billing", "order-14")
-			require.NoError(t, err)
-			require.Equal(t, want, unfinished)
+			require.Equal(t, want, crashedAttempt(t, fx.store, "billing", "order-14"))
 		}
-		require.NoError(t, fx.store.EndAttempt(ctx, "billing", "order-14"))
-		unfinished, err := fx.store.StartAttempt(ctx, "billing", "order-14")
+		claim, err := fx.store.Claim(ctx, attemptOf("billing", "order-14"))
 		require.NoError(t, err)
-		require.Equal(t, 2, unfinished, "3 started, 1 ended cleanly")
+		require.Equal(t, 3, claim.Unfinished)
+		require.NoError(t, claim.Tx.Rollback(ctx), "a clean failure")
+		claim, err = fx.store.Claim(ctx, attemptOf("billing", "order-14"))
+		require.NoError(t, err)
+		require.Equal(t, 3, claim.Unfinished, "3 crashed, 1 ended cleanly")
+		require.NoError(t, claim.Tx.Commit(ctx, nil))
+		claim, err = fx.store.Claim(ctx, attemptOf("billing", "order-14"))
+		require.NoError(t, err)
+		require.True(t, claim.Duplicate)
+		require.Zero(t, claim.Unfinished, "a duplicate counts nothing")
+		// EndAttempt is safe for an attempt that ended, and one that never started.
+		rec := attemptOf("billing", "order-14")
+		require.NoError(t, fx.store.EndAttempt(ctx, rec))
+		require.NoError(t, fx.store.EndAttempt(ctx, rec))
 	})
 
 	t.Run("ForgetMakesTheKeyNewAgain", func(t *testing.T) {
@@ -420,6 +430,7 @@ func exerciseStore(t *testing.T, f storeFlavour) {
 	})
 
 	exerciseCombinations(t, f)
+	exerciseAttempts(t, f)
 
 	t.Run("MissingTableFailsNew", func(t *testing.T) {
 		if f.caps.noSchema {

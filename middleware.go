@@ -214,7 +214,18 @@ func New(cfg Config) (*Inbox, error) {
 	if err := cfg.Store.Verify(ctx); err != nil {
 		return nil, err
 	}
+	if c, ok := cfg.Store.(attemptChecker); ok && cfg.MaxAttempts > 0 {
+		if err := c.checkAttempts(); err != nil {
+			return nil, fmt.Errorf("inbox: invalid config: MaxAttempts is %d: %w", cfg.MaxAttempts, err)
+		}
+	}
 	return &Inbox{cfg: cfg}, nil
+}
+
+// attemptChecker is a store of this package that can tell, when New is called, that it
+// cannot count attempts.
+type attemptChecker interface {
+	checkAttempts() error
 }
 
 // Middleware is the Watermill middleware: router.AddMiddleware(ib.Middleware). For each

@@ -200,9 +200,8 @@ func TestObserver_ClaimWaitOnFailures(t *testing.T) {
 		obs := &observations{}
 		store := newPgxStore(t, pool, inbox.PostgresConfig{})
 		ib := newTestInbox(t, store, inbox.Config{Observer: obs, MaxAttempts: 1})
-		_, err := store.StartAttempt(context.Background(), "billing", "order-1") // a start that crashed
-		require.NoError(t, err)
-		_, err = ib.Middleware(func(*message.Message) ([]*message.Message, error) {
+		crashedAttempt(t, store, "billing", "order-1")
+		_, err := ib.Middleware(func(*message.Message) ([]*message.Message, error) {
 			t.Error("the handler of a poisoned message ran")
 			return nil, nil
 		})(message.NewMessage("order-1", nil))

@@ -21,12 +21,8 @@ func (ib *Inbox) process(ctx context.Context, rec Record, msg *message.Message, 
 		return Claim{}, 0, ib.fail(ctx, rec, msg, OutcomeFailed, 0, context.Cause(ctx))
 	}
 	joined := txFromContext(ctx)
-	unfinished := 0
 	if ib.cfg.MaxAttempts > 0 {
-		var err error
-		if unfinished, err = ib.cfg.Store.StartAttempt(ctx, rec.Consumer, rec.Key); err != nil {
-			return Claim{}, 0, ib.fail(ctx, rec, msg, OutcomeFailed, 0, err)
-		}
+		rec.Attempt = newAttemptToken()
 	}
 
 	start := time.Now()
@@ -43,20 +39,20 @@ func (ib *Inbox) process(ctx context.Context, rec Record, msg *message.Message, 
 		return Claim{}, wait, join(ib.fail(ctx, rec, msg, OutcomeContended, wait, err), ib.endAttempt(ctx, rec))
 	case err != nil:
 		return Claim{}, wait, join(ib.fail(ctx, rec, msg, OutcomeFailed, wait, err), ib.endAttempt(ctx, rec))
-	case claim.Duplicate:
+	case claim.Duplicate: // the store ended the attempt
 		return claim, wait, nil
 	}
 
 	tx := claim.Tx
-	if ib.cfg.MaxAttempts > 0 && unfinished >= ib.cfg.MaxAttempts {
-		err := fmt.Errorf("%w: %d attempts started and never finished", ErrTooManyAttempts, unfinished)
-		return Claim{}, wait, join(ib.fail(ctx, rec, msg, OutcomeTooManyAttempts, wait, err), tx.Rollback(ctx), ib.endAttempt(ctx, rec))
+	if ib.cfg.MaxAttempts > 0 && claim.Unfinished >= ib.cfg.MaxAttempts {
+		err := fmt.Errorf("%w: %d attempts started and never finished", ErrTooManyAttempts, claim.Unfinished)
+		return Claim{}, wait, join(ib.fail(ctx, rec, msg, OutcomeTooManyAttempts, wait, err), ib.rollback(ctx, rec, tx))
 	}
 
 	ended := false
 	defer func() {
-		if !ended { // fn panicked: roll back and let the panic go on
-			_ = tx.Rollback(ctx)
+		if !ended { // fn panicked: roll back, leaving the attempt to count as a crash, and let the panic go on
+			_ = tx.Abandon(ctx)
 			ib.observe(ctx, rec, msg, OutcomeFailed, wait, errHandlerPanicked)
 		}
 	}()
@@ -65,21 +61,20 @@ func (ib *Inbox) process(ctx context.Context, rec Record, msg *message.Message, 
 	if err == nil && len(output) > ib.cfg.MaxOutputBytes {
 		err = ib.fail(ctx, rec, msg, OutcomeFailed, wait, fmt.Errorf("%w: the handler's output (produced messages, or a stored result) is %d bytes, more than Config.MaxOutputBytes (%d): produce fewer or smaller messages (or publish them through the outbox), or raise the limit",
 			ErrOutputTooLarge, len(output), ib.cfg.MaxOutputBytes))
-		return Claim{}, wait, join(err, tx.Rollback(ctx), ib.endAttempt(ctx, rec))
+		return Claim{}, wait, join(err, ib.rollback(ctx, rec, tx))
 	}
 	if err != nil {
 		ib.observe(ctx, rec, msg, OutcomeFailed, wait, err)
-		rollbackErr := tx.Rollback(ctx)
-		endErr := ib.endAttempt(ctx, rec)
-		if rollbackErr != nil || endErr != nil {
-			err = join(err, rollbackErr, endErr)
+		if rollbackErr := ib.rollback(ctx, rec, tx); rollbackErr != nil {
+			err = join(err, rollbackErr)
 		}
 		return Claim{}, wait, err
 	}
 	if ctx.Err() != nil { // no commit on a dead context: pgx would close the connection
-		return Claim{}, wait, join(ib.fail(ctx, rec, msg, OutcomeFailed, wait, context.Cause(ctx)), tx.Rollback(ctx), ib.endAttempt(ctx, rec))
+		return Claim{}, wait, join(ib.fail(ctx, rec, msg, OutcomeFailed, wait, context.Cause(ctx)), ib.rollback(ctx, rec, tx))
 	}
 	if err := tx.Commit(ctx, output); err != nil {
+		// The commit may have gone through (a reply lost) or not: the attempt ends either way.
 		return Claim{}, wait, join(ib.fail(ctx, rec, msg, OutcomeFailed, wait, err), tx.Rollback(ctx), ib.endAttempt(ctx, rec))
 	}
 	if joined != nil { // the owner commits: the inbox's part of the attempt ended cleanly
@@ -91,14 +86,24 @@ func (ib *Inbox) process(ctx context.Context, rec Record, msg *message.Message, 
 	return claim, wait, nil
 }
 
-// endAttempt records, when attempts are counted, that an attempt ended without a commit
-// but without crashing the process: the handler failed, or the claim or the commit did.
-// Only attempts that never end count towards MaxAttempts.
+// rollback rolls tx back, ending its attempt (a clean failure); when the rollback
+// fails, its attempt's end is not known, and EndAttempt ends it.
+func (ib *Inbox) rollback(ctx context.Context, rec Record, tx Tx) error {
+	err := tx.Rollback(ctx)
+	if err != nil {
+		err = join(err, ib.endAttempt(ctx, rec))
+	}
+	return err
+}
+
+// endAttempt ends rec's attempt when attempts are counted and the store may not have
+// ended it: a claim or an end that failed, and beside a joined transaction. Only
+// attempts that never end count towards MaxAttempts.
 func (ib *Inbox) endAttempt(ctx context.Context, rec Record) error {
-	if ib.cfg.MaxAttempts == 0 {
+	if rec.Attempt == "" {
 		return nil
 	}
-	return ib.cfg.Store.EndAttempt(context.WithoutCancel(ctx), rec.Consumer, rec.Key)
+	return ib.cfg.Store.EndAttempt(context.WithoutCancel(ctx), rec)
 }
 
 // fail wraps err with the record it concerns and reports the failure with the claim's

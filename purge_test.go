@@ -94,6 +94,11 @@ func TestPurge_DeletesOldKeysInBoundedBatches(t *testing.T) {
 	f := newPurgeFixture(t)
 	f.process(t, "old", 25)
 	f.process(t, "new", 3)
+	require.Zero(t, f.attempts(t), "a committed attempt leaves no row")
+	for i := range 3 { // attempts that crashed: rows that stay until a purge
+		crashedAttempt(t, f.store, "old", fmt.Sprint("crashed-", i))
+		crashedAttempt(t, f.store, "new", fmt.Sprint("crashed-", i))
+	}
 	f.age(t, "old", 40*24*time.Hour)
 
 	rec := &batchRecorder{Store: f.store}
@@ -110,7 +115,7 @@ func TestPurge_DeletesOldKeysInBoundedBatches(t *testing.T) {
 	require.Equal(t, []int{10, 10, 10}, rec.limits)
 	require.Equal(t, []int64{10, 20, 25}, progress)
 	require.Equal(t, map[string]int64{"new": 3}, f.keys(t), "keys younger than the cutoff stay")
-	require.Equal(t, 3, f.attempts(t), "attempt counts older than the cutoff go with their keys")
+	require.Equal(t, 3, f.attempts(t), "attempt rows older than the cutoff go with the keys")
 }
 
 func TestPurge_Guardrail(t *testing.T) {

@@ -75,3 +75,18 @@ func sqlStatements(ddl string) []string {
 	}
 	return stmts
 }
+
+// dropOldAttempts drops the attempts table attempts (quoted) when it has the layout of
+// before migration 000002 (a counter per key), so that CreateSchema makes the new one:
+// its rows are transient, and dropping them only forgets the crashes of messages that
+// are yet to come back. exec runs a statement; a table that is missing or already new
+// fails the probe and is left alone.
+func dropOldAttempts(attempts string, exec func(query string) error) error {
+	if exec(`SELECT started FROM `+attempts+` WHERE 1 = 0`) != nil {
+		return nil
+	}
+	if err := exec(`DROP TABLE ` + attempts); err != nil {
+		return fmt.Errorf("inbox: dropping the attempts table of before migration 000002: %w", err)
+	}
+	return nil
+}

@@ -13,6 +13,14 @@ import (
 type Store interface {
 	// Claim begins a transaction and inserts rec's key in it, before the handler runs.
 	//
+	// A Record with an Attempt (Config.MaxAttempts) first starts that attempt: committed,
+	// outside the claim's transaction, so that it survives a crash, and marked as running
+	// until it ends or its process dies (on the SQL stores, a session lock taken before
+	// the attempt's row is visible). A new key's Claim then reports in Unfinished the
+	// key's earlier attempts that started, never ended and are no longer running: their
+	// process died. A duplicate's Claim ends its attempt; a failed Claim leaves it to
+	// EndAttempt. Tx.Commit and Tx.Rollback end it, Tx.Abandon leaves it unfinished.
+	//
 	// A new key returns a Claim with an open Tx; the caller runs the handler in it and
 	// ends it with Tx.Commit or Tx.Rollback, which also removes the key.
 	// A committed key returns Claim.Duplicate, with what the first delivery stored, and no
@@ -28,17 +36,19 @@ type Store interface {
 	// ClaimIn is Claim inside tx, a transaction the caller began and will end itself (the
 	// middleware joins a transaction found in the message context). tx must be the
 	// store's transaction type, the one Tx.Handle returns. The returned Tx stores output
-	// on Commit but neither commits nor rolls back.
+	// on Commit but neither commits nor rolls back. An Attempt's row is written on
+	// another connection than tx's (see Config.MaxAttempts), and the attempt ends when
+	// the handler returns, whatever the owner does with tx later: Tx.Rollback ends it,
+	// and after Tx.Commit the caller does, with EndAttempt.
 	ClaimIn(ctx context.Context, tx any, rec Record) (Claim, error)
 
-	// StartAttempt records, outside any transaction, that processing of the key starts,
-	// and returns how many earlier attempts started without ending: attempts that neither
-	// committed nor called EndAttempt, because the process died during them.
-	StartAttempt(ctx context.Context, consumer, key string) (unfinished int, err error)
-
-	// EndAttempt records that an attempt started by StartAttempt ended without a commit
-	// but cleanly: the handler returned an error and the transaction was rolled back.
-	EndAttempt(ctx context.Context, consumer, key string) error
+	// EndAttempt ends rec.Attempt, an attempt Claim or ClaimIn started, when its end is
+	// uncertain: the claim failed, or Tx.Commit or Tx.Rollback returned an error (the
+	// connection may have broken after the server ran them); and, beside a joined
+	// transaction (ctx carries it), after Tx.Commit. It is safe to call more than once,
+	// after an end that went through, and for an attempt that never started. It does
+	// nothing for a Record without an Attempt.
+	EndAttempt(ctx context.Context, rec Record) error
 
 	// Forget deletes one key (and its attempt count), so that the next delivery of that
 	// message is processed again. It reports whether the key existed.
@@ -64,6 +74,9 @@ type Record struct {
 	Key      string
 	// Fingerprint identifies the message's content (see Config.Fingerprint). It may be nil.
 	Fingerprint []byte
+	// Attempt is a random token per delivery when attempts are counted
+	// (Config.MaxAttempts > 0), and "" otherwise. Claim starts the attempt.
+	Attempt string
 }
 
 // Claim is the verdict of Store.Claim.
@@ -75,6 +88,11 @@ type Claim struct {
 	Tx          Tx
 	Fingerprint []byte
 	Output      []byte
+	// Unfinished is, for a new key whose Record has an Attempt, how many earlier
+	// attempts of the key started, never ended and are no longer running: their process
+	// died during them. Attempts of concurrent deliveries that are still running (waiting
+	// on the key, or between their start and their claim) are not counted.
+	Unfinished int
 }
 
 // Tx is a transaction holding a claimed key.
@@ -83,12 +101,20 @@ type Tx interface {
 	// store, *sql.Tx for the database/sql stores. Handlers get it from TxFromContext.
 	Handle() any
 	// Commit stores output (nil when the handler produced nothing) with the key and
-	// commits. A joined transaction (Store.ClaimIn) only gets the output stored. If the
-	// handler ended the transaction itself, Commit returns an error wrapping ErrTxDone.
+	// commits, ending the claim's attempt with the key. A joined transaction
+	// (Store.ClaimIn) only gets the output stored: its owner commits later, and the
+	// caller ends the attempt with EndAttempt when the handler returns. If the handler
+	// ended the transaction itself, Commit returns an error wrapping ErrTxDone.
 	Commit(ctx context.Context, output []byte) error
 	// Rollback rolls back, removing the key with the handler's writes, even when ctx is
-	// cancelled. It does nothing for a joined transaction, or once the transaction ended.
+	// cancelled, and ends the claim's attempt: a clean failure, which MaxAttempts never
+	// counts. For a joined transaction it only ends the attempt. Once the transaction
+	// ended, it does nothing.
 	Rollback(ctx context.Context) error
+	// Abandon is Rollback without ending the attempt, which then counts as one whose
+	// process died: for a handler that panicked (the process may be in an unknown
+	// state).
+	Abandon(ctx context.Context) error
 }
 
 // Purged is what one Store.PurgeBatch deleted.

@@ -93,11 +93,11 @@ var _ Store = (*MySQLStore)(nil)
 
 type mysqlQueries struct {
 	insert, stored, setOutput                   string
-	startAttempt, attemptCount, endAttempt      string
 	forgetAttempts, forget, purgeAttempts       string
 	purge, stats, verify, lockSet, lockRestored string
 	insertBounded                               string
 	purgeOne, purgeOneAttempt                   string // MySQLVitess
+	attempts                                    mysqlAttemptQueries
 }
 
 // mysqlTimeFormat is how the store writes and reads its DATETIME(6) columns, in UTC, so
@@ -153,16 +153,14 @@ func NewMySQLStore(db SQLDB, cfg MySQLConfig) (*MySQLStore, error) {
 		// duplicate-key check holds a shared lock on it already.
 		stored:         "SELECT `fingerprint`, `output` FROM " + t + where + " LOCK IN SHARE MODE",
 		setOutput:      "UPDATE " + t + " SET `output` = ?" + where,
-		startAttempt:   "INSERT INTO " + a + " (`consumer`, `key`) VALUES (?, ?) ON DUPLICATE KEY UPDATE `started` = `started` + 1",
-		attemptCount:   "SELECT `started` - `ended` - 1 FROM " + a + where,
-		endAttempt:     "UPDATE " + a + " SET `ended` = `ended` + 1" + where,
+		attempts:       newMySQLAttemptQueries(cfg.Engine, a),
 		forgetAttempts: "DELETE FROM " + a + where,
 		forget:         "DELETE FROM " + t + where,
 		purgeAttempts:  "DELETE FROM " + a + " WHERE `started_at` < ? ORDER BY `started_at` LIMIT ?",
 		purge:          "DELETE FROM " + t + " WHERE `processed_at` < ? ORDER BY `processed_at` LIMIT ?",
 		stats:          "SELECT `consumer`, COUNT(*), DATE_FORMAT(MIN(`processed_at`), '%Y-%m-%d %H:%i:%s.%f') FROM " + t + " GROUP BY `consumer` ORDER BY `consumer`",
 		verify: "SELECT (SELECT COUNT(*) FROM (SELECT `consumer`, `key`, `processed_at`, `fingerprint`, `output` FROM " + t + " LIMIT 0) i)" +
-			" + (SELECT COUNT(*) FROM (SELECT `consumer`, `key`, `started`, `ended`, `started_at` FROM " + a + " LIMIT 0) a)",
+			" + (SELECT COUNT(*) FROM (SELECT `consumer`, `key`, `attempt`, `started_at` FROM " + a + " LIMIT 0) a)",
 		// MariaDB's SET STATEMENT ... FOR does not exist in MySQL, and MySQL's SET_VAR hint
 		// refuses innodb_lock_wait_timeout (warning 3637): so a session SET and a restore
 		// after the insert. The value in force is saved in a user variable, which the
@@ -186,47 +184,18 @@ func (s *MySQLStore) CreateSchema(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := dropOldAttempts("`"+s.cfg.Table+"_attempts`", func(q string) error {
+		_, err := s.db.ExecContext(ctx, q)
+		return err
+	}); err != nil {
+		return err
+	}
 	for _, stmt := range sqlStatements(ddl) {
 		if _, err := s.db.ExecContext(ctx, stmt); err != nil {
 			return fmt.Errorf("inbox: creating the schema: %w", err)
 		}
 	}
 	return s.createEngineSchema(ctx)
-}
-
-// StartAttempt implements Store. The upsert and the read run in one short transaction:
-// the upsert's row lock keeps a concurrent start from slipping in between. Beside a
-// joined transaction it runs on another connection (see attemptDB).
-func (s *MySQLStore) StartAttempt(ctx context.Context, consumer, key string) (int, error) {
-	db, release, err := attemptDB(ctx, s.db)
-	if err != nil {
-		return 0, err
-	}
-	defer release()
-	var unfinished int
-	err = s.inTx(ctx, db, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, s.sql.startAttempt, consumer, key); err != nil {
-			return err
-		}
-		return tx.QueryRowContext(ctx, s.sql.attemptCount, consumer, key).Scan(&unfinished)
-	})
-	if err != nil {
-		return 0, s.wrap("counting the attempt", err)
-	}
-	return unfinished, nil
-}
-
-// EndAttempt implements Store.
-func (s *MySQLStore) EndAttempt(ctx context.Context, consumer, key string) error {
-	db, release, err := attemptDB(ctx, s.db)
-	if err != nil {
-		return err
-	}
-	defer release()
-	if _, err := db.ExecContext(ctx, s.sql.endAttempt, consumer, key); err != nil {
-		return s.wrap("ending the attempt", err)
-	}
-	return nil
 }
 
 // Forget implements Store.

@@ -13,7 +13,12 @@ import (
 // Claim implements Store.
 func (s *MySQLStore) Claim(ctx context.Context, rec Record) (Claim, error) {
 	s.prepareInsert(ctx)
-	return claimInNewTx(ctx, s.db, s.cfg.Isolation, s.wrap, func(tx *sql.Tx) (Claim, error) {
+	if s.cfg.LockTimeout > 0 && rec.Attempt != "" && s.server.Load() == nil {
+		// Asked before the transaction begins: a first read in it would take its
+		// REPEATABLE READ snapshot before the claim's wait, and the count needs one after.
+		_, _ = s.serverInfo(ctx, s.db)
+	}
+	return claimInNewTx(ctx, s.db, s.cfg.Isolation, s.wrap, rec, mysqlAttempts{s}, func(tx *sql.Tx) (Claim, error) {
 		return s.claim(ctx, tx, rec, false)
 	})
 }
@@ -24,7 +29,9 @@ func (s *MySQLStore) ClaimIn(ctx context.Context, tx any, rec Record) (Claim, er
 	if err != nil {
 		return Claim{}, err
 	}
-	return s.claim(ctx, sqlTx, rec, true)
+	return claimJoinedSQL(ctx, s.db, sqlTx, rec, mysqlAttempts{s}, s.wrap, func(tx *sql.Tx) (Claim, error) {
+		return s.claim(ctx, tx, rec, true)
+	})
 }
 
 // claim inserts the key. A duplicate fails with error 1062, which in InnoDB undoes that
@@ -151,7 +158,7 @@ type mysqlServer struct {
 }
 
 // serverInfo asks the server, once, what the store needs to know of it.
-func (s *MySQLStore) serverInfo(ctx context.Context, tx *sql.Tx) (mysqlServer, error) {
+func (s *MySQLStore) serverInfo(ctx context.Context, tx sqlQueryer) (mysqlServer, error) {
 	if known := s.server.Load(); known != nil {
 		return *known, nil
 	}

@@ -96,7 +96,6 @@ func (q *mysqlQueries) forEngine(e MySQLEngine, table, attempts string) {
 	case MySQLTiDB:
 		q.insert = "INSERT INTO " + table + " (`consumer`, `key`, `fingerprint`, `processed_at`) VALUES (?, ?, ?, UTC_TIMESTAMP(6))"
 		q.stored = "SELECT `fingerprint`, `output` FROM " + table + where + " FOR UPDATE"
-		q.startAttempt = "INSERT INTO " + attempts + " (`consumer`, `key`, `started_at`) VALUES (?, ?, UTC_TIMESTAMP(6)) ON DUPLICATE KEY UPDATE `started` = `started` + 1"
 	case MySQLVitess:
 		// Scatter reads of the oldest rows; vtgate merges the shards' sorted results.
 		q.purge = "SELECT `consumer`, `key` FROM " + table + " WHERE `processed_at` < ? ORDER BY `processed_at` LIMIT ?"

@@ -63,14 +63,21 @@ type PostgresStore struct {
 	sql postgresQueries
 	// folded claims in one round trip; nil when db or the config does not allow it.
 	folded *foldedClaim
+	// pin returns a connection of db and the func that gives it back, for the claims
+	// that must run on a connection of their own choosing (attempts); nil when db is
+	// not a *pgxpool.Pool, a *pgx.Conn or a *pgxpool.Conn.
+	pin func(ctx context.Context) (*pgx.Conn, func(), error)
+	// countInTx: the claim's transaction counts the key's dead attempts itself, which
+	// needs READ COMMITTED's fresh snapshot per statement (see countAside).
+	countInTx bool
 }
 
 var _ Store = (*PostgresStore)(nil)
 
 type postgresQueries struct {
 	insert, stored, setOutput                        string
-	startAttempt, endAttempt                         string
 	forget, purge, stats, verify, lockSet, lockReset string
+	attempts                                         pgAttemptQueries
 }
 
 // NewPostgresStore returns a PostgresStore over db. It checks the config but not the
@@ -91,8 +98,9 @@ func NewPostgresStore(db PgxDB, cfg PostgresConfig) (*PostgresStore, error) {
 	if cfg.LockTimeout < 0 {
 		return nil, fmt.Errorf("inbox: invalid store config: LockTimeout is %v: use 0 for no bound, or a positive duration", cfg.LockTimeout)
 	}
-	s := &PostgresStore{db: db, cfg: cfg, sql: newPostgresQueries(cfg.Table)}
-	if cfg.TxOptions.IsoLevel == pgx.ReadCommitted && cfg.TxOptions.BeginQuery == "" {
+	s := &PostgresStore{db: db, cfg: cfg, sql: newPostgresQueries(cfg.Table), pin: pinPgx(db),
+		countInTx: cfg.TxOptions.IsoLevel == pgx.ReadCommitted}
+	if s.pin != nil && cfg.TxOptions.IsoLevel == pgx.ReadCommitted && cfg.TxOptions.BeginQuery == "" {
 		s.folded = newFoldedClaim(s)
 	}
 	return s, nil
@@ -112,17 +120,16 @@ func newPostgresQueries(table string) postgresQueries {
 	t := pgx.Identifier{table}.Sanitize()
 	a := pgx.Identifier{table + "_attempts"}.Sanitize()
 	return postgresQueries{
-		insert:       `INSERT INTO ` + t + ` (consumer, key, fingerprint) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`,
-		stored:       `SELECT fingerprint, output FROM ` + t + ` WHERE consumer = $1 AND key = $2`,
-		setOutput:    `UPDATE ` + t + ` SET output = $3 WHERE consumer = $1 AND key = $2`,
-		startAttempt: `INSERT INTO ` + a + ` AS a (consumer, key) VALUES ($1, $2) ON CONFLICT (consumer, key) DO UPDATE SET started = a.started + 1 RETURNING a.started - a.ended - 1`,
-		endAttempt:   `UPDATE ` + a + ` SET ended = ended + 1 WHERE consumer = $1 AND key = $2`,
-		forget:       `WITH a AS (DELETE FROM ` + a + ` WHERE consumer = $1 AND key = $2) DELETE FROM ` + t + ` WHERE consumer = $1 AND key = $2`,
+		insert:    `INSERT INTO ` + t + ` (consumer, key, fingerprint) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`,
+		stored:    `SELECT fingerprint, output FROM ` + t + ` WHERE consumer = $1 AND key = $2`,
+		setOutput: `UPDATE ` + t + ` SET output = $3 WHERE consumer = $1 AND key = $2`,
+		attempts:  newPgAttemptQueries(a),
+		forget:    `WITH a AS (DELETE FROM ` + a + ` WHERE consumer = $1 AND key = $2) DELETE FROM ` + t + ` WHERE consumer = $1 AND key = $2`,
 		purge: `WITH a AS (DELETE FROM ` + a + ` WHERE ctid IN (SELECT ctid FROM ` + a + ` WHERE started_at < $1 LIMIT $2) RETURNING 1),
 			k AS (DELETE FROM ` + t + ` WHERE ctid IN (SELECT ctid FROM ` + t + ` WHERE processed_at < $1 LIMIT $2) RETURNING 1)
 			SELECT (SELECT count(*) FROM k), (SELECT count(*) FROM a)`,
 		stats:  `SELECT consumer, count(*), min(processed_at) FROM ` + t + ` GROUP BY consumer ORDER BY consumer`,
-		verify: `SELECT (SELECT count(*) FROM (SELECT consumer, key, processed_at, fingerprint, output FROM ` + t + ` LIMIT 0) t) + (SELECT count(*) FROM (SELECT consumer, key, started, ended, started_at FROM ` + a + ` LIMIT 0) a)`,
+		verify: `SELECT (SELECT count(*) FROM (SELECT consumer, key, processed_at, fingerprint, output FROM ` + t + ` LIMIT 0) t) + (SELECT count(*) FROM (SELECT consumer, key, attempt, started_at FROM ` + a + ` LIMIT 0) a)`,
 		// The value in force before the claim (the session's, or the joined transaction's
 		// SET LOCAL) is saved in a placeholder setting and put back after the insert. The
 		// subquery runs first: a FROM item with a volatile target list is not pulled up.
@@ -136,6 +143,12 @@ func newPostgresQueries(table string) postgresQueries {
 func (s *PostgresStore) CreateSchema(ctx context.Context) error {
 	ddl, err := PostgresSchema(s.cfg.Table)
 	if err != nil {
+		return err
+	}
+	if err := dropOldAttempts(pgx.Identifier{s.cfg.Table + "_attempts"}.Sanitize(), func(q string) error {
+		_, err := s.db.Exec(ctx, q)
+		return err
+	}); err != nil {
 		return err
 	}
 	if _, err := s.db.Exec(ctx, ddl); err != nil {
@@ -154,6 +167,16 @@ func (s *PostgresStore) Claim(ctx context.Context, rec Record) (Claim, error) {
 	if s.folded != nil {
 		return s.folded.claim(ctx, rec)
 	}
+	if rec.Attempt != "" { // the attempt's lock is a session's: the claim's
+		if s.pin == nil {
+			return Claim{}, fmt.Errorf("inbox: %w", s.attemptsUnsupported())
+		}
+		conn, release, err := s.pin(ctx)
+		if err != nil {
+			return Claim{}, s.wrap("acquiring a connection", err)
+		}
+		return s.claimOn(ctx, conn, release, rec)
+	}
 	tx, err := s.db.BeginTx(ctx, s.cfg.TxOptions)
 	if err != nil {
 		return Claim{}, s.wrap("beginning the transaction", err)
@@ -165,18 +188,68 @@ func (s *PostgresStore) Claim(ctx context.Context, rec Record) (Claim, error) {
 	return claim, err
 }
 
+// claimOn claims rec's key on conn, which the store holds until the transaction ends
+// (release gives it back): it starts the attempt, begins, and claims with parameters.
+func (s *PostgresStore) claimOn(ctx context.Context, conn *pgx.Conn, release func(), rec Record) (Claim, error) {
+	if rec.Attempt != "" {
+		if err := s.startPgx(ctx, conn, rec); err != nil {
+			release()
+			return Claim{}, err
+		}
+	}
+	tx, err := conn.BeginTx(ctx, s.cfg.TxOptions)
+	if err != nil {
+		err = s.wrap("beginning the transaction", err)
+	} else {
+		var claim Claim
+		if claim, err = s.claim(ctx, tx, rec, false); err == nil && !claim.Duplicate {
+			claim.Tx.(*pgxInboxTx).release = release
+			return claim, nil
+		}
+		if err == nil { // a duplicate: no attempt to count
+			err = s.endClaimPgx(ctx, conn, tx, rec)
+			release()
+			return claim, err
+		}
+		err = join(err, rollbackPgx(ctx, tx))
+	}
+	if rec.Attempt != "" {
+		_ = s.releasePgx(ctx, conn, rec, true) // a clean failure; EndAttempt if it fails
+	}
+	release()
+	return Claim{}, err
+}
+
+// endClaimPgx rolls back a duplicate's transaction and ends its attempt.
+func (s *PostgresStore) endClaimPgx(ctx context.Context, conn *pgx.Conn, tx pgx.Tx, rec Record) error {
+	if rec.Attempt == "" {
+		return rollbackPgx(ctx, tx)
+	}
+	return s.releasePgx(ctx, conn, rec, true)
+}
+
 // ClaimIn implements Store; tx must be a pgx.Tx.
 func (s *PostgresStore) ClaimIn(ctx context.Context, tx any, rec Record) (Claim, error) {
 	pgxTx, ok := tx.(pgx.Tx)
 	if !ok {
 		return Claim{}, fmt.Errorf("inbox: the transaction in the context is a %T; PostgresStore joins only a pgx.Tx", tx)
 	}
-	return s.claim(ctx, pgxTx, rec, true)
+	if rec.Attempt != "" {
+		if err := s.startJoinedPgx(ctx, pgxTx, rec); err != nil {
+			return Claim{}, err
+		}
+	}
+	claim, err := s.claim(ctx, pgxTx, rec, true)
+	if rec.Attempt != "" && (err != nil || claim.Duplicate) {
+		err = join(err, s.EndAttempt(ctx, rec))
+	}
+	return claim, err
 }
 
 // claim inserts the key and, when it was there already, reads what the first delivery
 // stored. Both go in one round trip: at READ COMMITTED the read takes a new snapshot
 // after the insert's wait, so it sees the row of the transaction that made it wait.
+// With an attempt, the same round trip looks for the key's attempts that died.
 func (s *PostgresStore) claim(ctx context.Context, tx pgx.Tx, rec Record, joined bool) (Claim, error) {
 	batch := &pgx.Batch{}
 	if s.cfg.LockTimeout > 0 {
@@ -186,6 +259,10 @@ func (s *PostgresStore) claim(ctx context.Context, tx pgx.Tx, rec Record, joined
 	batch.Queue(s.sql.stored, rec.Consumer, rec.Key)
 	if s.cfg.LockTimeout > 0 {
 		batch.Queue(s.sql.lockReset)
+	}
+	inTx := rec.Attempt != "" && !joined && s.countInTx
+	if inTx {
+		batch.Queue(s.sql.attempts.dead, rec.Consumer, rec.Key, rec.Attempt)
 	}
 	results := tx.SendBatch(ctx, batch)
 	defer results.Close()
@@ -206,6 +283,21 @@ func (s *PostgresStore) claim(ctx context.Context, tx pgx.Tx, rec Record, joined
 		}
 		return Claim{}, s.wrap("reading the stored key", err)
 	}
+	if s.cfg.LockTimeout > 0 {
+		if _, err := results.Exec(); err != nil {
+			return Claim{}, s.wrap("resetting the lock timeout", err)
+		}
+	}
+	var dead []string
+	if inTx {
+		rows, err := results.Query()
+		if err == nil {
+			dead, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		}
+		if err != nil {
+			return Claim{}, s.wrap("counting the attempts", err)
+		}
+	}
 	if err := results.Close(); err != nil {
 		return Claim{}, s.wrap("claiming the key", err)
 	}
@@ -213,55 +305,19 @@ func (s *PostgresStore) claim(ctx context.Context, tx pgx.Tx, rec Record, joined
 		claim.Duplicate = true
 		return claim, nil
 	}
-	return Claim{Tx: &pgxInboxTx{tx: tx, store: s, rec: rec, joined: joined}}, nil
-}
-
-// StartAttempt implements Store.
-//
-// The count is committed without waiting for its WAL flush (synchronous_commit off, for
-// this one transaction, in one round trip): a server crash may lose the last counts,
-// which only delays a poison verdict by an attempt, and the write stays off the disk's
-// critical path. Beside a joined transaction it runs on another connection (see
-// attemptDB).
-func (s *PostgresStore) StartAttempt(ctx context.Context, consumer, key string) (int, error) {
-	db, release, err := s.attemptDB(ctx)
-	if err != nil {
-		return 0, err
+	claim = Claim{Tx: &pgxInboxTx{tx: tx, store: s, rec: rec, joined: joined}}
+	switch {
+	case len(dead) > 0:
+		if err := tx.QueryRow(ctx, s.sql.attempts.still, rec.Consumer, rec.Key, dead).Scan(&claim.Unfinished); err != nil {
+			return Claim{}, s.wrap("counting the attempts", err)
+		}
+	case rec.Attempt != "" && !inTx:
+		var err error
+		if claim.Unfinished, err = s.countAside(ctx, rec); err != nil {
+			return Claim{}, err
+		}
 	}
-	defer release()
-	var unfinished int
-	if batcher, ok := db.(pgxBatcher); ok {
-		batch := &pgx.Batch{}
-		batch.Queue(`BEGIN`)
-		batch.Queue(`SET LOCAL synchronous_commit TO OFF`)
-		batch.Queue(s.sql.startAttempt, consumer, key).QueryRow(func(row pgx.Row) error { return row.Scan(&unfinished) })
-		batch.Queue(`COMMIT`)
-		err = batcher.SendBatch(ctx, batch).Close()
-	} else {
-		err = db.QueryRow(ctx, s.sql.startAttempt, consumer, key).Scan(&unfinished)
-	}
-	if err != nil {
-		return 0, s.wrap("counting the attempt", err)
-	}
-	return unfinished, nil
-}
-
-// pgxBatcher is the pipelining *pgxpool.Pool and *pgx.Conn offer.
-type pgxBatcher interface {
-	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
-}
-
-// EndAttempt implements Store.
-func (s *PostgresStore) EndAttempt(ctx context.Context, consumer, key string) error {
-	db, release, err := s.attemptDB(ctx)
-	if err != nil {
-		return err
-	}
-	defer release()
-	if _, err := db.Exec(ctx, s.sql.endAttempt, consumer, key); err != nil {
-		return s.wrap("ending the attempt", err)
-	}
-	return nil
+	return claim, nil
 }
 
 // Forget implements Store.

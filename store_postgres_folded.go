@@ -14,22 +14,19 @@ import (
 )
 
 // foldedClaim claims a key in one round trip: BEGIN and the key's INSERT in one
-// simple-protocol query (see PostgresStore).
+// simple-protocol query (see PostgresStore), after the attempt's start when there is one.
 type foldedClaim struct {
 	s *PostgresStore
-	// acquire returns a connection and the func that gives it back.
-	acquire func(ctx context.Context) (*pgx.Conn, func(), error)
-	// begin is the BEGIN of s.cfg.TxOptions; table the quoted table name.
-	begin, table string
+	// begin is the BEGIN of s.cfg.TxOptions; table and attempts the quoted table names.
+	begin, table, attempts string
 }
 
-// newFoldedClaim returns a foldedClaim for s, or nil when s.db is neither a
-// *pgxpool.Pool nor a *pgx.Conn.
-func newFoldedClaim(s *PostgresStore) *foldedClaim {
-	f := &foldedClaim{s: s, table: pgx.Identifier{s.cfg.Table}.Sanitize()}
-	switch db := s.db.(type) {
+// pinPgx returns the func that takes a connection of db and gives it back: nil when db
+// is neither a *pgxpool.Pool, a *pgx.Conn nor a *pgxpool.Conn.
+func pinPgx(db PgxDB) func(ctx context.Context) (*pgx.Conn, func(), error) {
+	switch db := db.(type) {
 	case *pgxpool.Pool:
-		f.acquire = func(ctx context.Context) (*pgx.Conn, func(), error) {
+		return func(ctx context.Context) (*pgx.Conn, func(), error) {
 			c, err := db.Acquire(ctx)
 			if err != nil {
 				return nil, nil, err
@@ -37,10 +34,16 @@ func newFoldedClaim(s *PostgresStore) *foldedClaim {
 			return c.Conn(), c.Release, nil
 		}
 	case *pgx.Conn:
-		f.acquire = func(context.Context) (*pgx.Conn, func(), error) { return db, func() {}, nil }
-	default:
-		return nil
+		return func(context.Context) (*pgx.Conn, func(), error) { return db, func() {}, nil }
+	case *pgxpool.Conn:
+		return func(context.Context) (*pgx.Conn, func(), error) { return db.Conn(), func() {}, nil }
 	}
+	return nil
+}
+
+// newFoldedClaim returns a foldedClaim for s, whose pin is set.
+func newFoldedClaim(s *PostgresStore) *foldedClaim {
+	f := &foldedClaim{s: s, table: pgx.Identifier{s.cfg.Table}.Sanitize(), attempts: pgx.Identifier{s.cfg.Table + "_attempts"}.Sanitize()}
 	o := s.cfg.TxOptions
 	f.begin = "begin isolation level " + string(o.IsoLevel) // as pgx's own BeginTx writes it
 	if o.AccessMode != "" {
@@ -56,32 +59,28 @@ func newFoldedClaim(s *PostgresStore) *foldedClaim {
 const pgUniqueViolation = "23505"
 
 func (f *foldedClaim) claim(ctx context.Context, rec Record) (Claim, error) {
-	conn, release, err := f.acquire(ctx)
+	conn, release, err := f.s.pin(ctx)
 	if err != nil {
 		return Claim{}, f.s.wrap("acquiring a connection", err)
 	}
 	query, ok := f.beginInsert(conn.PgConn(), rec)
 	if !ok { // not provably safe to quote: the parameterized claim, on this connection
-		tx, err := conn.BeginTx(ctx, f.s.cfg.TxOptions)
-		if err != nil {
-			release()
-			return Claim{}, f.s.wrap("beginning the transaction", err)
-		}
-		claim, err := f.s.claim(ctx, tx, rec, false)
-		if err != nil || claim.Duplicate {
-			err = join(err, rollbackPgx(ctx, tx))
-			release()
-			return claim, err
-		}
-		claim.Tx.(*pgxInboxTx).release = release
-		return claim, nil
+		return f.s.claimOn(ctx, conn, release, rec)
 	}
 
 	opts := f.s.cfg.TxOptions
 	opts.BeginQuery = query
 	tx, err := conn.BeginTx(ctx, opts)
 	if err == nil {
-		return Claim{Tx: &pgxInboxTx{tx: tx, store: f.s, rec: rec, release: release}}, nil
+		claim := Claim{Tx: &pgxInboxTx{tx: tx, store: f.s, rec: rec, release: release}}
+		if rec.Attempt != "" {
+			if claim.Unfinished, err = f.s.unfinishedPgx(ctx, tx, rec); err != nil {
+				err = join(f.s.wrap("counting the attempts", err), f.s.releasePgx(ctx, conn, rec, true))
+				release()
+				return Claim{}, err
+			}
+		}
+		return claim, nil
 	}
 	defer release()
 	var pgErr *pgconn.PgError
@@ -90,28 +89,40 @@ func (f *foldedClaim) claim(ctx context.Context, rec Record) (Claim, error) {
 	}
 	// The transaction may have begun (a lock timeout, a missing table): end it, so that
 	// the connection goes back to the pool idle rather than being destroyed. Outside a
-	// transaction ROLLBACK only warns.
+	// transaction ROLLBACK only warns. The attempt, if it started, ends: a clean failure.
 	if !conn.IsClosed() {
-		_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+		if rec.Attempt != "" {
+			_ = f.s.releasePgx(ctx, conn, rec, true)
+		} else {
+			_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+		}
 	}
 	return Claim{}, f.s.wrap("inserting the key", err)
 }
 
-// duplicate rolls back the transaction the duplicate key aborted and reads what the
-// first delivery stored, in one round trip; at READ COMMITTED, outside the transaction,
-// the read sees the committed row that made the insert fail.
+// duplicate rolls back the transaction the duplicate key aborted, ends the attempt if
+// there is one, and reads what the first delivery stored, in one round trip; at READ
+// COMMITTED, outside the transaction, the read sees the committed row that made the
+// insert fail.
 func (f *foldedClaim) duplicate(ctx context.Context, conn *pgx.Conn, rec Record) (Claim, error) {
+	q := "ROLLBACK; "
+	if rec.Attempt != "" {
+		tok := quoteLiteral(rec.Attempt)
+		q += "DELETE FROM " + f.attempts + " WHERE consumer = " + quoteLiteral(rec.Consumer) + " AND key = " + quoteLiteral(rec.Key) +
+			" AND attempt = " + tok + "; SELECT pg_advisory_unlock(hashtextextended(" + tok + ", 0)); "
+	}
 	// encode(..., 'hex') whatever the session's bytea_output.
-	q := "ROLLBACK; SELECT encode(fingerprint, 'hex'), encode(output, 'hex') FROM " + f.table +
+	q += "SELECT encode(fingerprint, 'hex'), encode(output, 'hex') FROM " + f.table +
 		" WHERE consumer = " + quoteLiteral(rec.Consumer) + " AND key = " + quoteLiteral(rec.Key)
 	results, err := conn.PgConn().Exec(context.WithoutCancel(ctx), q).ReadAll()
 	if err != nil {
 		return Claim{}, f.s.wrap("reading the stored key", err)
 	}
-	if len(results) != 2 || len(results[1].Rows) == 0 { // deleted (Forget, purge) since the insert
+	last := len(results) - 1
+	if last < 1 || len(results[last].Rows) == 0 { // deleted (Forget, purge) since the insert
 		return Claim{}, fmt.Errorf("inbox: the key vanished while being claimed: %w", ErrContended)
 	}
-	row := results[1].Rows[0]
+	row := results[last].Rows[0]
 	claim := Claim{Duplicate: true}
 	if claim.Fingerprint, err = decodeHex(row[0]); err == nil {
 		claim.Output, err = decodeHex(row[1])
@@ -133,7 +144,8 @@ func decodeHex(text []byte) ([]byte, error) {
 }
 
 // beginInsert returns the simple query that begins the transaction and inserts rec's
-// key, with the lock timeout around the insert when one is set. It reports false when
+// key, with the lock timeout around the insert when one is set, after the start of
+// rec's attempt when it has one. It reports false when
 // the values cannot be quoted provably safely on conn: quoteLiteral is complete only
 // with standard_conforming_strings on (a backslash is then an ordinary character) and a
 // UTF8 client encoding (no multibyte character can hide a quote), for valid UTF-8 text
@@ -144,7 +156,13 @@ func (f *foldedClaim) beginInsert(conn *pgconn.PgConn, rec Record) (string, bool
 		return "", false
 	}
 	var b strings.Builder
-	b.Grow(len(f.begin) + len(f.table) + len(rec.Consumer) + len(rec.Key) + 2*len(rec.Fingerprint) + 160)
+	b.Grow(len(f.begin) + len(f.table) + 2*(len(rec.Consumer)+len(rec.Key)) + 2*len(rec.Fingerprint) + 400)
+	if rec.Attempt != "" {
+		if !literalSafe(rec.Attempt) {
+			return "", false
+		}
+		b.WriteString(f.s.sql.attempts.literal(f.attempts, rec))
+	}
 	b.WriteString(f.begin)
 	if f.s.cfg.LockTimeout > 0 {
 		fmt.Fprintf(&b, "; SELECT set_config('%s', current_setting('lock_timeout'), true); SET LOCAL lock_timeout = %d",

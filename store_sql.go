@@ -17,6 +17,69 @@ type SQLDB interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
+// sqlAttempts is what a database/sql store does for attempts (see attempts.go).
+type sqlAttempts interface {
+	// start takes rec's lock on conn, the claim's connection, and inserts rec's row,
+	// committed.
+	start(ctx context.Context, conn SQLDB, rec Record) error
+	// unfinished counts the key's attempts that died, through q: the claim's
+	// transaction, which holds the key, when countInTx, a connection of its own
+	// otherwise (see countAttempts).
+	unfinished(ctx context.Context, q sqlQueryer, rec Record) (int, error)
+	// countInTx reports whether the store's own claim transactions can count: at a
+	// level whose reads take a snapshot after the claim's wait and lock nothing.
+	countInTx() bool
+	// end deletes rec's row with q: tx, to commit with the key, or conn, after the
+	// claim's transaction ended.
+	end(ctx context.Context, q sqlExecer, rec Record) error
+	// unlock releases rec's lock on conn once its row is gone (or, abandoned, is to
+	// stay).
+	unlock(ctx context.Context, conn SQLDB, rec Record) error
+	// startJoined starts rec's attempt beside tx, a joined transaction: the lock in tx's
+	// session, the row on another connection (attemptDB).
+	startJoined(ctx context.Context, tx *sql.Tx, rec Record) error
+	// endJoined ends (end) or abandons rec's attempt beside a joined transaction, which
+	// ctx carries: the row deleted on another connection, then the lock released.
+	endJoined(ctx context.Context, rec Record, end bool) error
+}
+
+// sqlQueryer is what a *sql.Tx, *sql.DB and *sql.Conn share for a query.
+type sqlQueryer interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// countAttempts counts rec's key's attempts that died, once the claim in tx holds the
+// key: in tx when it is the store's own and att.countInTx, and otherwise outside it, on
+// a connection of its own (asideSQL) where each statement is a transaction of its own:
+// a joined transaction's, or a REPEATABLE READ or SERIALIZABLE one's, snapshot may
+// predate the claim's wait, and an InnoDB SERIALIZABLE read locks what it reads.
+func countAttempts(ctx context.Context, att sqlAttempts, db SQLDB, tx *sql.Tx, joined bool, rec Record,
+	wrap func(doing string, err error) error) (int, error) {
+	if !joined && att.countInTx() {
+		n, err := att.unfinished(ctx, tx, rec)
+		if err != nil {
+			return 0, wrap("counting the attempts", err)
+		}
+		return n, nil
+	}
+	aside, release, err := asideSQL(ctx, db)
+	if err != nil {
+		return 0, err
+	}
+	defer release()
+	n, err := att.unfinished(ctx, aside, rec)
+	if err != nil {
+		return 0, wrap("counting the attempts", err)
+	}
+	return n, nil
+}
+
+// sqlExecer is what a *sql.Tx, *sql.DB and *sql.Conn share for a statement.
+type sqlExecer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
 // sqlInboxTx is the transaction of a claimed key in a database/sql store.
 //
 // A transaction the store began does not end when ctx does (see claimInNewTx), so
@@ -29,9 +92,15 @@ type sqlInboxTx struct {
 	setOutput func(ctx context.Context, tx *sql.Tx, output []byte) error
 	// wrap classifies the database's own errors.
 	wrap func(doing string, err error) error
+	// rec is the claimed record; with an Attempt, att ends it on conn, the claim's
+	// connection.
+	rec  Record
+	att  sqlAttempts
+	conn SQLDB
 	// release gives back a connection the store held for the transaction, once it
 	// ended; nil otherwise.
-	release func()
+	release  func()
+	finished bool
 }
 
 func (t *sqlInboxTx) Handle() any { return t.tx }
@@ -45,23 +114,73 @@ func (t *sqlInboxTx) Commit(ctx context.Context, output []byte) error {
 	if t.joined {
 		return nil
 	}
+	attempt := t.rec.Attempt != ""
+	if attempt {
+		if err := t.att.end(ctx, t.tx, t.rec); err != nil {
+			return t.ended(ctx, "ending the attempt", err)
+		}
+	}
 	defer t.done()
 	if err := t.tx.Commit(); err != nil {
-		return t.ended(ctx, "committing", err)
+		err = t.ended(ctx, "committing", err)
+		if attempt { // rolled back, or not known: a clean end, or EndAttempt's
+			err = join(err, t.endOnConn(ctx, true))
+		}
+		return err
+	}
+	if attempt { // its row went with the key; a failure here is a connection that broke
+		_ = t.att.unlock(ctx, t.conn, t.rec)
 	}
 	return nil
 }
 
-func (t *sqlInboxTx) Rollback(context.Context) error {
-	if t.joined {
+func (t *sqlInboxTx) Rollback(ctx context.Context) error { return t.rollback(ctx, true) }
+
+func (t *sqlInboxTx) Abandon(ctx context.Context) error { return t.rollback(ctx, false) }
+
+func (t *sqlInboxTx) rollback(ctx context.Context, end bool) error {
+	if t.finished {
 		return nil
 	}
+	if t.joined { // the owner rolls back: only the attempt ends here
+		t.finished = true
+		if t.rec.Attempt == "" {
+			return nil
+		}
+		return t.att.endJoined(ctx, t.rec, end)
+	}
 	defer t.done()
-	return rollbackSQL(t.tx)
+	err := rollbackSQL(t.tx)
+	if t.rec.Attempt != "" {
+		err = join(err, t.endOnConn(ctx, end))
+	}
+	return err
+}
+
+// endOnConn ends (end) or abandons the attempt after the claim's transaction ended: the
+// row deleted, then the lock released, on the claim's connection.
+func (t *sqlInboxTx) endOnConn(ctx context.Context, end bool) error {
+	return endAttemptSQL(ctx, t.att, t.conn, t.rec, end, t.wrap)
+}
+
+// endAttemptSQL deletes rec's row on conn when end is set, then releases rec's lock, with
+// a context that cannot be cancelled.
+func endAttemptSQL(ctx context.Context, att sqlAttempts, conn SQLDB, rec Record, end bool, wrap func(doing string, err error) error) error {
+	ctx = context.WithoutCancel(ctx)
+	if end {
+		if err := att.end(ctx, conn, rec); err != nil {
+			return join(wrap("ending the attempt", err), att.unlock(ctx, conn, rec))
+		}
+	}
+	if err := att.unlock(ctx, conn, rec); err != nil {
+		return wrap("releasing the attempt's lock", err)
+	}
+	return nil
 }
 
 // done gives back the connection the store held, once.
 func (t *sqlInboxTx) done() {
+	t.finished = true
 	if t.release != nil {
 		t.release()
 		t.release = nil
@@ -89,8 +208,10 @@ func rollbackSQL(tx *sql.Tx) error {
 	return nil
 }
 
-// claimInNewTx begins a transaction at isolation and claims the key in it with claim. A
-// duplicate or an error ends the transaction; a new key leaves it open in the Claim.
+// claimInNewTx begins a transaction at isolation and claims rec's key in it with claim,
+// after starting rec's attempt, when it has one, with att on the same connection. A
+// duplicate or an error ends the transaction (and the attempt); a new key leaves it
+// open in the Claim, with the attempts that died counted.
 //
 // The transaction is begun on a connection taken with ctx, but with ctx's cancellation
 // cut off: database/sql would otherwise roll it back by itself, asynchronously, when
@@ -99,7 +220,7 @@ func rollbackSQL(tx *sql.Tx) error {
 // a *sql.Conn handle. The store and the middleware end the transaction on every path;
 // a statement still sees ctx, so a cancelled message stops at its next statement.
 func claimInNewTx(ctx context.Context, db SQLDB, isolation sql.IsolationLevel, wrap func(doing string, err error) error,
-	claim func(tx *sql.Tx) (Claim, error)) (Claim, error) {
+	rec Record, att sqlAttempts, claim func(tx *sql.Tx) (Claim, error)) (Claim, error) {
 	conn, release := db, func() {}
 	if pool, ok := db.(*sql.DB); ok {
 		c, err := pool.Conn(ctx)
@@ -110,18 +231,66 @@ func claimInNewTx(ctx context.Context, db SQLDB, isolation sql.IsolationLevel, w
 	} else if err := ctx.Err(); err != nil {
 		return Claim{}, wrap("beginning the transaction", err)
 	}
+	attempt := rec.Attempt != ""
+	if attempt {
+		if err := att.start(ctx, conn, rec); err != nil {
+			err = join(wrap("starting the attempt", err), endAttemptSQL(ctx, att, conn, rec, true, wrap))
+			release()
+			return Claim{}, err
+		}
+	}
 	tx, err := conn.BeginTx(context.WithoutCancel(ctx), &sql.TxOptions{Isolation: isolation})
 	if err != nil {
+		err = wrap("beginning the transaction", err)
+		if attempt {
+			err = join(err, endAttemptSQL(ctx, att, conn, rec, true, wrap))
+		}
 		release()
-		return Claim{}, wrap("beginning the transaction", err)
+		return Claim{}, err
 	}
 	c, err := claim(tx)
+	if err == nil && !c.Duplicate && attempt {
+		c.Unfinished, err = countAttempts(ctx, att, db, tx, false, rec, wrap)
+	}
 	if err != nil || c.Duplicate {
 		err = join(err, rollbackSQL(tx))
+		if attempt { // a duplicate, or a claim that failed cleanly: its attempt ends
+			err = join(err, endAttemptSQL(ctx, att, conn, rec, true, wrap))
+		}
 		release()
-		return c, err
+		if err != nil {
+			return Claim{}, err
+		}
+		return c, nil
 	}
-	c.Tx.(*sqlInboxTx).release = release
+	t := c.Tx.(*sqlInboxTx)
+	t.release, t.conn, t.rec, t.att = release, conn, rec, att
+	return c, nil
+}
+
+// claimJoinedSQL claims rec's key in tx, a transaction the caller began, with claim,
+// starting rec's attempt beside it first.
+func claimJoinedSQL(ctx context.Context, db SQLDB, tx *sql.Tx, rec Record, att sqlAttempts, wrap func(doing string, err error) error,
+	claim func(tx *sql.Tx) (Claim, error)) (Claim, error) {
+	attempt := rec.Attempt != ""
+	if attempt {
+		if err := att.startJoined(ctx, tx, rec); err != nil {
+			return Claim{}, join(err, att.endJoined(ctx, rec, true))
+		}
+	}
+	c, err := claim(tx)
+	if err == nil && !c.Duplicate && attempt {
+		c.Unfinished, err = countAttempts(ctx, att, db, tx, true, rec, wrap)
+	}
+	if attempt && (err != nil || c.Duplicate) {
+		err = join(err, att.endJoined(ctx, rec, true))
+	}
+	if err != nil {
+		return Claim{}, err
+	}
+	if t, ok := c.Tx.(*sqlInboxTx); ok {
+		t.rec, t.att = rec, att
+	}
 	return c, nil
 }
 

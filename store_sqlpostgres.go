@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // SQLPostgresConfig configures a SQLPostgresStore.
@@ -71,6 +73,12 @@ func (s *SQLPostgresStore) CreateSchema(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := dropOldAttempts(pgx.Identifier{s.cfg.Table + "_attempts"}.Sanitize(), func(q string) error {
+		_, err := s.db.ExecContext(ctx, q)
+		return err
+	}); err != nil {
+		return err
+	}
 	if _, err := s.db.ExecContext(ctx, ddl); err != nil {
 		return fmt.Errorf("inbox: creating the schema: %w", err)
 	}
@@ -79,7 +87,7 @@ func (s *SQLPostgresStore) CreateSchema(ctx context.Context) error {
 
 // Claim implements Store.
 func (s *SQLPostgresStore) Claim(ctx context.Context, rec Record) (Claim, error) {
-	return claimInNewTx(ctx, s.db, s.cfg.Isolation, s.wrap, func(tx *sql.Tx) (Claim, error) {
+	return claimInNewTx(ctx, s.db, s.cfg.Isolation, s.wrap, rec, pgSQLAttempts{s}, func(tx *sql.Tx) (Claim, error) {
 		return s.claim(ctx, tx, rec, false)
 	})
 }
@@ -90,7 +98,9 @@ func (s *SQLPostgresStore) ClaimIn(ctx context.Context, tx any, rec Record) (Cla
 	if err != nil {
 		return Claim{}, err
 	}
-	return s.claim(ctx, sqlTx, rec, true)
+	return claimJoinedSQL(ctx, s.db, sqlTx, rec, pgSQLAttempts{s}, s.wrap, func(tx *sql.Tx) (Claim, error) {
+		return s.claim(ctx, tx, rec, true)
+	})
 }
 
 // claim inserts the key and, only when it was there already, reads what the first
@@ -123,34 +133,6 @@ func (s *SQLPostgresStore) claim(ctx context.Context, tx *sql.Tx, rec Record, jo
 			}}}, nil
 	}
 	return readStoredSQL(ctx, tx, s.sql.stored, rec, s.wrap)
-}
-
-// StartAttempt implements Store. Beside a joined transaction it runs on another
-// connection (see attemptDB).
-func (s *SQLPostgresStore) StartAttempt(ctx context.Context, consumer, key string) (int, error) {
-	db, release, err := attemptDB(ctx, s.db)
-	if err != nil {
-		return 0, err
-	}
-	defer release()
-	var unfinished int
-	if err := db.QueryRowContext(ctx, s.sql.startAttempt, consumer, key).Scan(&unfinished); err != nil {
-		return 0, s.wrap("counting the attempt", err)
-	}
-	return unfinished, nil
-}
-
-// EndAttempt implements Store.
-func (s *SQLPostgresStore) EndAttempt(ctx context.Context, consumer, key string) error {
-	db, release, err := attemptDB(ctx, s.db)
-	if err != nil {
-		return err
-	}
-	defer release()
-	if _, err := db.ExecContext(ctx, s.sql.endAttempt, consumer, key); err != nil {
-		return s.wrap("ending the attempt", err)
-	}
-	return nil
 }
 
 // Forget implements Store.

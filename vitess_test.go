@@ -44,8 +44,9 @@ func TestVitessLeavesIsolationAsFound(t *testing.T) {
 	claim, err := onConn.Claim(ctx, inbox.Record{Consumer: "billing", Key: "iso-1"})
 	require.NoError(t, err)
 	require.NoError(t, claim.Tx.Commit(ctx, nil))
-	_, err = onConn.StartAttempt(ctx, "billing", "iso-1")
+	claim, err = onConn.Claim(ctx, attemptOf("billing", "iso-2"))
 	require.NoError(t, err)
+	require.NoError(t, claim.Tx.Commit(ctx, nil))
 	require.Equal(t, before, level(), "the inbox left the connection's level as it found it")
 
 	// The control: a transaction begun at READ COMMITTED changes the level of the next.

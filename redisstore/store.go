@@ -87,6 +87,14 @@ func (s *Store) Claim(ctx context.Context, rec inbox.Record) (inbox.Claim, error
 	if err := s.checkTag(k); err != nil {
 		return inbox.Claim{}, err
 	}
+	unfinished := 0
+	if rec.Attempt != "" {
+		n, err := s.attempt(ctx, rec.Consumer, rec.Key, "1")
+		if err != nil {
+			return inbox.Claim{}, fmt.Errorf("redisstore: counting the attempt: %w", err)
+		}
+		unfinished = n
+	}
 	token := randomToken()
 	start := time.Now()
 	for waiting := false; ; waiting = true {
@@ -98,7 +106,7 @@ func (s *Store) Claim(ctx context.Context, rec inbox.Record) (inbox.Claim, error
 		case v.done:
 			return inbox.Claim{Duplicate: true, Fingerprint: v.fingerprint, Output: v.output}, nil
 		case v.held == "" || v.held == token: // ours (or ours already: go-redis resent it)
-			return inbox.Claim{Tx: s.newTx(rec, k, token, v.fence)}, nil
+			return inbox.Claim{Tx: s.newTx(rec, k, token, v.fence), Unfinished: unfinished}, nil
 		}
 		if !waiting {
 			continue // count ourselves as a waiter, check again, then block
@@ -212,19 +220,13 @@ func (s *Store) ClaimIn(context.Context, any, inbox.Record) (inbox.Claim, error)
 	return inbox.Claim{}, fmt.Errorf("redisstore: %w: remove the transaction from the message context (inbox.ContextWithTx)", ErrNoJoin)
 }
 
-// StartAttempt implements inbox.Store, with a counter next to the key that expires with
-// Config.Retention.
-func (s *Store) StartAttempt(ctx context.Context, consumer, key string) (int, error) {
-	n, err := s.attempt(ctx, consumer, key, "1")
-	if err != nil {
-		return 0, fmt.Errorf("redisstore: counting the attempt: %w", err)
+// EndAttempt implements inbox.Store: the attempt counter next to the key, which
+// expires with Config.Retention, goes down by one.
+func (s *Store) EndAttempt(ctx context.Context, rec inbox.Record) error {
+	if rec.Attempt == "" {
+		return nil
 	}
-	return n, nil
-}
-
-// EndAttempt implements inbox.Store.
-func (s *Store) EndAttempt(ctx context.Context, consumer, key string) error {
-	if _, err := s.attempt(ctx, consumer, key, "0"); err != nil {
+	if _, err := s.attempt(ctx, rec.Consumer, rec.Key, "0"); err != nil {
 		return fmt.Errorf("redisstore: ending the attempt: %w", err)
 	}
 	return nil

@@ -153,8 +153,13 @@ func (t *Tx) Commit(ctx context.Context, output []byte) error {
 
 // Rollback implements inbox.Tx: it drops the queued commands and releases the lease if
 // this delivery still holds it, waking the waiting duplicates, even when ctx is
-// cancelled. After a commit it does nothing.
-func (t *Tx) Rollback(ctx context.Context) error {
+// cancelled, and ends the attempt. After a commit it does nothing.
+func (t *Tx) Rollback(ctx context.Context) error { return t.rollback(ctx, true) }
+
+// Abandon implements inbox.Tx: Rollback, leaving the attempt unfinished.
+func (t *Tx) Abandon(ctx context.Context) error { return t.rollback(ctx, false) }
+
+func (t *Tx) rollback(ctx context.Context, end bool) error {
 	t.Pipeliner.Discard()
 	if t.finished || t.degraded {
 		return nil
@@ -164,9 +169,12 @@ func (t *Tx) Rollback(ctx context.Context) error {
 	err := releaseScript.Run(ctx, t.store.client, []string{t.keys.name(kindClaim), t.keys.name(kindLease), t.keys.name(kindRelease)},
 		t.token, ms(t.store.cfg.Lease)).Err()
 	if err != nil {
-		return fmt.Errorf("redisstore: releasing the lease (it expires after Config.Lease): %w", err)
+		err = fmt.Errorf("redisstore: releasing the lease (it expires after Config.Lease): %w", err)
 	}
-	return nil
+	if end {
+		err = errors.Join(err, t.store.EndAttempt(ctx, t.rec))
+	}
+	return err
 }
 
 // commitWithoutLease applies what a handler run without deduplication queued, with its

@@ -15,13 +15,14 @@ CREATE TABLE IF NOT EXISTS "inbox" (
 -- The purge scans keys by age.
 CREATE INDEX IF NOT EXISTS "inbox_processed_at" ON "inbox" (processed_at);
 
--- Started and cleanly ended attempts, written outside the handler's transaction, when
--- Config.MaxAttempts is set: started - ended counts attempts that crashed the process.
+-- One row per attempt to process a message (Config.MaxAttempts), named by a random
+-- token, written before the handler's transaction begins and deleted when the attempt
+-- ends. While its attempt runs, the row's token is held as a session advisory lock: a
+-- row whose lock is free is an attempt whose process died.
 CREATE TABLE IF NOT EXISTS "inbox_attempts" (
     consumer   text COLLATE "C" NOT NULL,
     key        text COLLATE "C" NOT NULL,
-    started    integer NOT NULL DEFAULT 1,
-    ended      integer NOT NULL DEFAULT 0,
+    attempt    text COLLATE "C" NOT NULL,
     started_at timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (consumer, key)
+    PRIMARY KEY (consumer, key, attempt)
 );

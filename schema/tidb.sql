@@ -18,13 +18,14 @@ CREATE TABLE IF NOT EXISTS `inbox` (
     INDEX `inbox_processed_at` (`processed_at`)  -- the purge scans keys by age
 ) ENGINE=InnoDB;
 
--- Started and cleanly ended attempts, written outside the handler's transaction, when
--- Config.MaxAttempts is set: started - ended counts attempts that crashed the process.
+-- One row per attempt to process a message (Config.MaxAttempts), named by a random
+-- token, written before the handler's transaction begins and deleted when the attempt
+-- ends. While its attempt runs, the row's token names a lock (GET_LOCK) of the
+-- attempt's session: a row whose lock is free is an attempt whose process died.
 CREATE TABLE IF NOT EXISTS `inbox_attempts` (
     `consumer`   VARBINARY(255) NOT NULL,
     `key`        VARBINARY(255) NOT NULL,
-    `started`    INT NOT NULL DEFAULT 1,
-    `ended`      INT NOT NULL DEFAULT 0,
+    `attempt`    VARBINARY(64) NOT NULL,
     `started_at` DATETIME(6) NOT NULL,
-    PRIMARY KEY (`consumer`, `key`)
+    PRIMARY KEY (`consumer`, `key`, `attempt`)
 ) ENGINE=InnoDB;

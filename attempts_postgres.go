@@ -1,0 +1,293 @@
+package inbox
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Attempts on PostgreSQL (see attempts.go): the lock is an advisory lock whose key is
+// the hash of the attempt token (hashtextextended), at session level from the start to
+// the end of a delivery the store began, at transaction level in a joined transaction,
+// whose owner ends it.
+
+// pgAttemptQueries are the attempt statements of the PostgreSQL stores, on the table
+// <table>_attempts.
+type pgAttemptQueries struct {
+	// start locks the token and then inserts the attempt's row: $1 consumer, $2 key, $3
+	// token. The lock is taken in a subquery that runs before the insert.
+	start string
+	// insert inserts the row alone (beside a joined transaction that holds the lock).
+	insert string
+	// xactLock takes the lock for the rest of a joined transaction: $1 token.
+	xactLock string
+	// unlock releases the session lock: $1 token.
+	unlock string
+	// end deletes the row: $1 consumer, $2 key, $3 token.
+	end string
+	// dead lists the key's other attempts whose lock is free, taking it (shared, for the
+	// rest of the transaction): $1 consumer, $2 key, $3 own token.
+	dead string
+	// still counts which of the tokens $3 (text[]) still have a row, with a snapshot
+	// taken after dead's lock checks: an attempt that ended deleted its row before it
+	// let its lock go, so a row still there is an attempt that died.
+	still string
+}
+
+func newPgAttemptQueries(a string) pgAttemptQueries {
+	lock := func(token string) string { return `hashtextextended(` + token + `, 0)` }
+	where := ` WHERE consumer = $1 AND key = $2 AND attempt = $3`
+	return pgAttemptQueries{
+		start:    `INSERT INTO ` + a + ` (consumer, key, attempt) SELECT $1, $2, $3 FROM (SELECT pg_advisory_lock(` + lock("$3::text") + `)) l`,
+		insert:   `INSERT INTO ` + a + ` (consumer, key, attempt) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`,
+		xactLock: `SELECT pg_advisory_xact_lock(` + lock("$1::text") + `)`,
+		unlock:   `SELECT pg_advisory_unlock(` + lock("$1::text") + `)`,
+		end:      `DELETE FROM ` + a + where,
+		dead: `SELECT attempt FROM ` + a + ` WHERE consumer = $1 AND key = $2 AND attempt <> $3` +
+			` AND pg_try_advisory_xact_lock_shared(` + lock("attempt") + `)`,
+		still: `SELECT count(*) FROM ` + a + ` WHERE consumer = $1 AND key = $2 AND attempt = ANY($3::text[])`,
+	}
+}
+
+// literal returns the start of rec's attempt as simple-protocol statements with the
+// values quoted in (see foldedClaim.beginInsert): committed without waiting for the WAL
+// flush, like every count of attempts (a server crash may lose the last ones, which only
+// delays a poison verdict).
+func (q pgAttemptQueries) literal(attempts string, rec Record) string {
+	tok := quoteLiteral(rec.Attempt)
+	return "BEGIN; SET LOCAL synchronous_commit TO OFF; INSERT INTO " + attempts +
+		" (consumer, key, attempt) SELECT " + quoteLiteral(rec.Consumer) + ", " + quoteLiteral(rec.Key) + ", " + tok +
+		" FROM (SELECT pg_advisory_lock(hashtextextended(" + tok + ", 0))) l; COMMIT; "
+}
+
+// startPgx starts rec's attempt on conn, the connection the claim then runs on, in one
+// round trip.
+func (s *PostgresStore) startPgx(ctx context.Context, conn *pgx.Conn, rec Record) error {
+	batch := &pgx.Batch{}
+	batch.Queue(`BEGIN`)
+	batch.Queue(`SET LOCAL synchronous_commit TO OFF`)
+	batch.Queue(s.sql.attempts.start, rec.Consumer, rec.Key, rec.Attempt)
+	batch.Queue(`COMMIT`)
+	if err := conn.SendBatch(ctx, batch).Close(); err != nil {
+		s.releasePgx(ctx, conn, rec, false)
+		return s.wrap("starting the attempt", err)
+	}
+	return nil
+}
+
+// releasePgx ends the attempt on conn after the claim's transaction: it rolls back what
+// is open, deletes the row when end is set (a clean end; otherwise the attempt stays,
+// as after a crash) and then releases the lock, in one round trip, with a context that
+// cannot be cancelled. Unlocking a lock that is not held only warns. The delete is
+// committed before the unlock: the statements of a pipeline outside a transaction share
+// one implicit transaction, committed at its end, after the unlock.
+func (s *PostgresStore) releasePgx(ctx context.Context, conn *pgx.Conn, rec Record, end bool) error {
+	if conn.IsClosed() {
+		return fmt.Errorf("inbox: ending the attempt: the connection is closed")
+	}
+	batch := &pgx.Batch{}
+	batch.Queue(`ROLLBACK`)
+	if end {
+		batch.Queue(`BEGIN`)
+		batch.Queue(s.sql.attempts.end, rec.Consumer, rec.Key, rec.Attempt)
+		batch.Queue(`COMMIT`)
+	}
+	batch.Queue(s.sql.attempts.unlock, rec.Attempt)
+	if err := conn.SendBatch(context.WithoutCancel(ctx), batch).Close(); err != nil {
+		return s.wrap("ending the attempt", err)
+	}
+	return nil
+}
+
+// attemptsUnsupported explains why a store over db cannot count attempts.
+func (s *PostgresStore) attemptsUnsupported() error {
+	return fmt.Errorf("MaxAttempts needs a PostgresStore over a *pgxpool.Pool, a *pgx.Conn or a *pgxpool.Conn (its attempts hold a session lock from their start to their end), not a %T: give the store one of those, or set MaxAttempts to 0", s.db)
+}
+
+// checkAttempts implements attemptChecker.
+func (s *PostgresStore) checkAttempts() error {
+	if s.pin == nil {
+		return s.attemptsUnsupported()
+	}
+	if _, pool := s.db.(*pgxpool.Pool); !pool && !s.countInTx {
+		return fmt.Errorf("MaxAttempts over a single connection (%T) needs PostgresConfig.TxOptions at READ COMMITTED: at %s the claim's snapshot predates its wait, and the count of dead attempts must then run on a second connection; use a *pgxpool.Pool, or READ COMMITTED", s.db, s.cfg.TxOptions.IsoLevel)
+	}
+	return nil
+}
+
+// pgxQueryer is what a pgx.Tx and a *pgx.Conn share for the count.
+type pgxQueryer interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// deadPgx returns, from rows of the dead query, how many of those attempts died: the
+// ones whose row is still there at a later snapshot.
+func (s *PostgresStore) deadPgx(ctx context.Context, q pgxQueryer, rec Record, rows pgx.Rows) (int, error) {
+	tokens, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(tokens) == 0 {
+		return 0, err
+	}
+	var n int
+	err = q.QueryRow(ctx, s.sql.attempts.still, rec.Consumer, rec.Key, tokens).Scan(&n)
+	return n, err
+}
+
+// unfinishedPgx counts rec's key's attempts that died, in tx, which holds the key.
+func (s *PostgresStore) unfinishedPgx(ctx context.Context, tx pgx.Tx, rec Record) (int, error) {
+	rows, err := tx.Query(ctx, s.sql.attempts.dead, rec.Consumer, rec.Key, rec.Attempt)
+	if err != nil {
+		return 0, err
+	}
+	return s.deadPgx(ctx, tx, rec, rows)
+}
+
+// countAside counts rec's key's attempts that died outside the claim's transaction,
+// whose snapshot may predate its wait on the key (a joined transaction, or one at
+// REPEATABLE READ or SERIALIZABLE): every statement on asideDB's connection runs in a
+// transaction of its own, so the second one's snapshot follows the first's lock checks.
+func (s *PostgresStore) countAside(ctx context.Context, rec Record) (int, error) {
+	db, release, err := s.asideDB(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer release()
+	rows, err := db.Query(ctx, s.sql.attempts.dead, rec.Consumer, rec.Key, rec.Attempt)
+	var n int
+	if err == nil {
+		n, err = s.deadPgx(ctx, db, rec, rows)
+	}
+	if err != nil {
+		return 0, s.wrap("counting the attempts", err)
+	}
+	return n, nil
+}
+
+// startJoinedPgx starts rec's attempt beside the joined transaction tx: the lock in tx,
+// for as long as its owner keeps it, then the row on another connection (see
+// attemptDB), committed there.
+func (s *PostgresStore) startJoinedPgx(ctx context.Context, tx pgx.Tx, rec Record) error {
+	db, release, err := s.attemptDB(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
+	if _, err := tx.Exec(ctx, s.sql.attempts.xactLock, rec.Attempt); err != nil {
+		return s.wrap("starting the attempt", err)
+	}
+	if _, err := db.Exec(ctx, s.sql.attempts.insert, rec.Consumer, rec.Key, rec.Attempt); err != nil {
+		return s.wrap("starting the attempt", err)
+	}
+	return nil
+}
+
+// EndAttempt implements Store: it deletes the attempt's row, on another connection than
+// a joined transaction's (see attemptDB).
+func (s *PostgresStore) EndAttempt(ctx context.Context, rec Record) error {
+	if rec.Attempt == "" {
+		return nil
+	}
+	db, release, err := s.attemptDB(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
+	if _, err := db.Exec(context.WithoutCancel(ctx), s.sql.attempts.end, rec.Consumer, rec.Key, rec.Attempt); err != nil {
+		return s.wrap("ending the attempt", err)
+	}
+	return nil
+}
+
+// pgSQLAttempts is sqlAttempts for SQLPostgresStore.
+type pgSQLAttempts struct{ s *SQLPostgresStore }
+
+func (a pgSQLAttempts) start(ctx context.Context, conn SQLDB, rec Record) error {
+	_, err := conn.ExecContext(ctx, a.s.sql.attempts.start, rec.Consumer, rec.Key, rec.Attempt)
+	return err
+}
+
+func (a pgSQLAttempts) unfinished(ctx context.Context, db sqlQueryer, rec Record) (int, error) {
+	q := a.s.sql.attempts
+	tokens, err := queryStrings(ctx, db, q.dead, rec.Consumer, rec.Key, rec.Attempt)
+	if err != nil || len(tokens) == 0 {
+		return 0, err
+	}
+	var n int
+	err = db.QueryRowContext(ctx, q.still, rec.Consumer, rec.Key, tokens).Scan(&n)
+	return n, err
+}
+
+func (a pgSQLAttempts) countInTx() bool { return a.s.cfg.Isolation == sql.LevelReadCommitted }
+
+func (a pgSQLAttempts) end(ctx context.Context, q sqlExecer, rec Record) error {
+	_, err := q.ExecContext(ctx, a.s.sql.attempts.end, rec.Consumer, rec.Key, rec.Attempt)
+	return err
+}
+
+func (a pgSQLAttempts) unlock(ctx context.Context, conn SQLDB, rec Record) error {
+	_, err := conn.ExecContext(ctx, a.s.sql.attempts.unlock, rec.Attempt)
+	return err
+}
+
+func (a pgSQLAttempts) startJoined(ctx context.Context, tx *sql.Tx, rec Record) error {
+	db, release, err := attemptDB(ctx, a.s.db)
+	if err != nil {
+		return err
+	}
+	defer release()
+	if _, err := tx.ExecContext(ctx, a.s.sql.attempts.xactLock, rec.Attempt); err != nil {
+		return a.s.wrap("starting the attempt", err)
+	}
+	if _, err := db.ExecContext(ctx, a.s.sql.attempts.insert, rec.Consumer, rec.Key, rec.Attempt); err != nil {
+		return a.s.wrap("starting the attempt", err)
+	}
+	return nil
+}
+
+// endJoined deletes the row; the lock is the joined transaction's, released by its owner.
+func (a pgSQLAttempts) endJoined(ctx context.Context, rec Record, end bool) error {
+	if !end {
+		return nil
+	}
+	return a.s.EndAttempt(ctx, rec)
+}
+
+// EndAttempt implements Store: it deletes the attempt's row, on another connection than
+// a joined transaction's (see attemptDB).
+func (s *SQLPostgresStore) EndAttempt(ctx context.Context, rec Record) error {
+	if rec.Attempt == "" {
+		return nil
+	}
+	db, release, err := attemptDB(ctx, s.db)
+	if err != nil {
+		return err
+	}
+	defer release()
+	if _, err := db.ExecContext(context.WithoutCancel(ctx), s.sql.attempts.end, rec.Consumer, rec.Key, rec.Attempt); err != nil {
+		return s.wrap("ending the attempt", err)
+	}
+	return nil
+}
+
+// queryStrings returns the one text column of query's rows.
+func queryStrings(ctx context.Context, q interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}, query string, args ...any) ([]string, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var v string
+		if err := rows.Scan(&v); err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}

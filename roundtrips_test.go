@@ -1,0 +1,83 @@
+package inbox_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/watermill-inbox/inbox"
+	"github.com/watermill-inbox/inbox/internal/sqltest"
+)
+
+// TestRoundTrips_MaxAttempts counts the round trips of one message through pgx over a
+// pool of one connection, with a handler that runs one INSERT: a first delivery, a
+// duplicate, and a first delivery whose handler fails. Counting attempts adds one round
+// trip to a first delivery (the count, which must come after the claim and before the
+// handler), none to a duplicate or a failure: the attempt's start travels with the
+// claim, its end with the commit or the rollback. The figures are the minimum; a change
+// that adds one fails here.
+func TestRoundTrips_MaxAttempts(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		maxAttempts        int
+		first, dup, failed int64
+		why                string
+	}{
+		{maxAttempts: 0, first: 3, dup: 2, failed: 3,
+			why: "first: BEGIN+INSERT key (folded); handler INSERT; COMMIT. duplicate: BEGIN+INSERT fails; ROLLBACK+SELECT stored. failed: claim; handler; ROLLBACK"},
+		{maxAttempts: 3, first: 4, dup: 2, failed: 4,
+			why: "first: start+BEGIN+INSERT key (folded); count; handler INSERT; DELETE attempt+COMMIT+unlock (pipelined). duplicate: start+BEGIN+INSERT fails; " +
+				"ROLLBACK+DELETE attempt+unlock+SELECT stored. failed: claim; count; handler; ROLLBACK+DELETE attempt+unlock (pipelined)"},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprint("MaxAttempts=", tt.maxAttempts), func(t *testing.T) {
+			t.Parallel()
+			rt := &sqltest.RoundTrips{}
+			cfg, err := pgxpool.ParseConfig(postgresDSN())
+			require.NoError(t, err)
+			cfg.MaxConns = 1
+			cfg.ConnConfig.DialFunc = rt.Dial
+			cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
+			pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+			require.NoError(t, err)
+			t.Cleanup(pool.Close)
+			store := newPgxStore(t, pool, inbox.PostgresConfig{})
+			ledger := newPgLedger(t, pool)
+			ib := newTestInbox(t, store, inbox.Config{MaxAttempts: tt.maxAttempts})
+			ctx := context.Background()
+			credit := func(key string) (bool, error) { return creditOnce(ctx, ib, ledger, "billing", key, 1) }
+			boom := errors.New("boom")
+			fail := func(key string) error {
+				_, err := ib.Process(ctx, "billing", key, func(ctx context.Context) error {
+					return errors.Join(ledger.credit(ctx, 1), boom)
+				})
+				return err
+			}
+			// Warm up: the connection, and pgx's statement cache.
+			_, err = credit("warm-up")
+			require.NoError(t, err)
+			_, err = credit("warm-up")
+			require.NoError(t, err)
+			require.ErrorIs(t, fail("warm-up-failing"), boom)
+
+			rt.N.Store(0)
+			dup, err := credit("counted")
+			require.NoError(t, err)
+			require.False(t, dup)
+			first := rt.N.Swap(0)
+			dup, err = credit("counted")
+			require.NoError(t, err)
+			require.True(t, dup)
+			duplicate := rt.N.Swap(0)
+			require.ErrorIs(t, fail("failing"), boom)
+			failed := rt.N.Swap(0)
+			t.Logf("MaxAttempts %d: %d round trips for a first delivery, %d for a duplicate, %d for a failure (%s)",
+				tt.maxAttempts, first, duplicate, failed, tt.why)
+			require.Equal(t, [3]int64{tt.first, tt.dup, tt.failed}, [3]int64{first, duplicate, failed}, tt.why)
+		})
+	}
+}
