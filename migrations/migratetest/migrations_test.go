@@ -218,3 +218,34 @@ func TestMigrations(t *testing.T) {
 		})
 	}
 }
+
+// A database at version 1 (an attempts table that counts per key, with rows in it)
+// moves to version 2 with golang-migrate or with CreateSchema: the old counters are
+// dropped, and the inbox counts attempts per delivery.
+func TestMigrationsFromVersion1(t *testing.T) {
+	t.Parallel()
+	for _, d := range sqltest.Databases() {
+		for _, how := range []string{"golang-migrate", "CreateSchema"} {
+			t.Run(d.Name+"/"+how, func(t *testing.T) {
+				t.Parallel()
+				_, dsn := d.Isolated(t)
+				db := d.OpenDSN(t, dsn)
+				m := golangMigrate(t, d, dsn)
+				require.NoError(t, m.Migrate(1))
+				_, err := db.Exec(d.SQL(`INSERT INTO ` + d.Quote("inbox_attempts") + ` (consumer, ` + d.Quote("key") + `, started) VALUES ('billing', 'order-1', 3)`))
+				require.NoError(t, err)
+				require.ErrorIs(t, newInbox(d, db), inbox.ErrNoTable, "version 1's attempts table is outdated")
+
+				if how == "CreateSchema" {
+					createSchema(t, d, db)
+				} else {
+					require.NoError(t, m.Up())
+				}
+				require.NoError(t, newInbox(d, db))
+				var rows int
+				require.NoError(t, db.QueryRow(`SELECT COUNT(*) FROM `+d.Quote("inbox_attempts")).Scan(&rows))
+				require.Zero(t, rows, "the old counters are dropped")
+			})
+		}
+	}
+}
