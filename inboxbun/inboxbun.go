@@ -40,7 +40,8 @@ import (
 )
 
 // ErrNoTx is returned by Tx when the context carries no transaction begun by Middleware.
-var ErrNoTx = errors.New("inboxbun: no bun transaction in the context")
+// Permanent (inbox.MarkPermanent): the middlewares are not in place.
+var ErrNoTx = inbox.MarkPermanent(errors.New("inboxbun: no bun transaction in the context"))
 
 // Config configures a TxMiddleware.
 type Config struct {

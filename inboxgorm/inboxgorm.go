@@ -35,8 +35,10 @@ import (
 	"github.com/watermill-inbox/inbox"
 )
 
-// ErrNoTx is returned by DB when the context carries no inbox *sql.Tx.
-var ErrNoTx = errors.New("inboxgorm: no inbox *sql.Tx in the context")
+// ErrNoTx is returned by DB when the context carries no inbox *sql.Tx. Permanent
+// (inbox.MarkPermanent): the handler is not behind the inbox, or its store is not a
+// database/sql one.
+var ErrNoTx = inbox.MarkPermanent(errors.New("inboxgorm: no inbox *sql.Tx in the context"))
 
 // DB returns a GORM handle on gdb's configuration whose every statement runs in the
 // inbox transaction that ctx carries (the message context behind ib.Middleware, or the

@@ -7,11 +7,15 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+
+	"github.com/watermill-inbox/inbox"
 )
 
 // ErrResponseTooLarge is what the response writer's Write returns once the body would
 // pass Config.MaxResponseBody. The request then fails with 500 and nothing is stored.
-var ErrResponseTooLarge = errors.New("inboxhttp: the response body is larger than Config.MaxResponseBody")
+// Permanent (inbox.MarkPermanent): the same request gets the same response, too large
+// again.
+var ErrResponseTooLarge = inbox.MarkPermanent(errors.New("inboxhttp: the response body is larger than Config.MaxResponseBody"))
 
 // response buffers what the handler writes. It is deliberately neither an http.Flusher
 // nor an http.Hijacker, and has no Unwrap: a response that is stored must be complete

@@ -70,7 +70,8 @@ func DeliverConcurrently[H Handler](h H, msg *message.Message, n int) []Result {
 	return results
 }
 
-// ErrInjected is the error FailAfter makes the handler return.
+// ErrInjected is the error FailAfter makes the handler return. Transient, as a real
+// handler's failure would be: the next delivery runs the handler again.
 var ErrInjected = errors.New("inboxtest: injected failure")
 
 // FailAfter wraps a handler so that its first n calls run it fully, writes included, and
@@ -111,7 +112,8 @@ type FailingPublisher struct {
 	calls int
 }
 
-// ErrPublishFailed is the error FailingPublisher returns.
+// ErrPublishFailed is the error FailingPublisher returns. Transient: the redelivery
+// replays the stored output.
 var ErrPublishFailed = errors.New("inboxtest: publish failed")
 
 // Publish implements message.Publisher.

@@ -10,11 +10,13 @@ import (
 
 // ErrEscaped is returned by CheckOnce when a delivery that the inbox rolled back left the
 // handler's effects behind: the handler wrote through something other than the inbox
-// transaction, so a redelivery applies those writes again.
+// transaction, so a redelivery applies those writes again. It is a test's verdict, not a
+// message's error (inbox.Permanent reports it transient).
 var ErrEscaped = errors.New("inboxtest: the handler's writes escaped the inbox transaction")
 
 // ErrNotApplied is returned by CheckOnce when processing the message changed nothing that
-// effects reads, so the check could not tell a correct handler from a broken one.
+// effects reads, so the check could not tell a correct handler from a broken one. A
+// test's verdict, not a message's error (inbox.Permanent reports it transient).
 var ErrNotApplied = errors.New("inboxtest: processing the message changed nothing that effects reads")
 
 // CheckOnce checks that h's effects happen once per message behind the inbox middleware

@@ -131,7 +131,8 @@ func NumDelivered(msg *message.Message) (n uint64, ok bool) {
 
 // ErrTooManyDeliveries is returned by MaxDeliveries' middleware for a message JetStream
 // delivered more times than the limit. Route it with middleware.PoisonQueueWithFilter.
-var ErrTooManyDeliveries = errors.New("natskey: delivered too many times")
+// Permanent (inbox.MarkPermanent).
+var ErrTooManyDeliveries = inbox.MarkPermanent(errors.New("natskey: delivered too many times"))
 
 // MaxDeliveries returns a middleware that refuses, without calling the handler, a message
 // that JetStream delivered more than limit times: it returns an error wrapping

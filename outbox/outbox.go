@@ -43,8 +43,9 @@ import (
 const DefaultForwarderTopic = "outbox"
 
 // ErrNoTx is returned when the context carries no inbox transaction that an outbox
-// publisher can write through.
-var ErrNoTx = errors.New("outbox: no inbox transaction in the context")
+// publisher can write through. Permanent (inbox.MarkPermanent): the handler is not
+// behind the inbox.
+var ErrNoTx = inbox.MarkPermanent(errors.New("outbox: no inbox transaction in the context"))
 
 // Config configures an Outbox.
 type Config struct {
