@@ -161,7 +161,7 @@ func (c *Config) validate() error {
 		errs = append(errs, errors.New("Store is nil: set it to inbox.NewPostgresStore(pool, inbox.PostgresConfig{}) or another store"))
 	}
 	if c.Consumer != "" {
-		if err := validateConsumer(c.Consumer); err != nil {
+		if err := ValidateConsumer(c.Consumer); err != nil {
 			errs = append(errs, fmt.Errorf("Consumer: %w", err))
 		}
 	}
@@ -182,7 +182,11 @@ func (c *Config) validate() error {
 	return errors.Join(errs...)
 }
 
-func validateConsumer(consumer string) error {
+// ValidateConsumer reports whether consumer can name a consumer: 1 to 255 bytes of
+// valid UTF-8 without NUL bytes. New, Process and ProcessResult refuse any other, and so
+// does inboxhttp.New, with this function. The error wraps ErrNoConsumer for an empty
+// name.
+func ValidateConsumer(consumer string) error {
 	switch {
 	case consumer == "":
 		return ErrNoConsumer
@@ -244,10 +248,10 @@ func (ib *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		delete(msg.Metadata, MetadataOutcome)
 		delete(msg.Metadata, MetadataClaimWait)
 
-		rec, err := ib.record(msg)
+		rec, outcome, err := ib.record(msg)
 		if err != nil {
 			err = wrap("message "+msg.UUID, err)
-			ib.observe(msg.Context(), rec, msg, OutcomeNoKey, 0, err)
+			ib.observe(msg.Context(), rec, msg, outcome, 0, err)
 			return nil, err
 		}
 
@@ -278,7 +282,7 @@ func (ib *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
 // returns an error or panics. A duplicate returns (true, nil) without calling fn, whatever
 // Config.OnDuplicate says. An error from fn is returned unchanged.
 func (ib *Inbox) Process(ctx context.Context, consumer, key string, fn func(ctx context.Context) error) (duplicate bool, err error) {
-	if err := validateConsumer(consumer); err != nil {
+	if err := ValidateConsumer(consumer); err != nil {
 		return false, fmt.Errorf("inbox: %w", err)
 	}
 	if key == "" {
@@ -295,13 +299,15 @@ func (ib *Inbox) Process(ctx context.Context, consumer, key string, fn func(ctx 
 	return claim.Duplicate, err
 }
 
-// record derives the consumer, key and fingerprint of msg.
-func (ib *Inbox) record(msg *message.Message) (Record, error) {
+// record derives the consumer, key and fingerprint of msg; when one cannot be, it
+// returns why, and the outcome: OutcomeNoKey for the consumer or the key, OutcomeFailed
+// for the fingerprint (the message has a key, the fingerprint function failed).
+func (ib *Inbox) record(msg *message.Message) (Record, Outcome, error) {
 	rec := Record{Consumer: ib.cfg.Consumer}
 	if rec.Consumer == "" {
 		rec.Consumer = message.HandlerNameFromCtx(msg.Context())
-		if err := validateConsumer(rec.Consumer); err != nil {
-			return rec, fmt.Errorf("%w (set inbox.Config.Consumer when the middleware runs outside a Router)", err)
+		if err := ValidateConsumer(rec.Consumer); err != nil {
+			return rec, OutcomeNoKey, fmt.Errorf("%w (set inbox.Config.Consumer when the middleware runs outside a Router)", err)
 		}
 	}
 	key, err := ib.cfg.Key(msg)
@@ -309,13 +315,13 @@ func (ib *Inbox) record(msg *message.Message) (Record, error) {
 		err = fmt.Errorf("%w: the key function returned an empty key", ErrNoKey)
 	}
 	if err != nil {
-		return rec, err
+		return rec, OutcomeNoKey, err
 	}
 	rec.Key = storableKey(key)
 	if rec.Fingerprint, err = ib.cfg.Fingerprint(msg); err != nil {
-		return rec, fmt.Errorf("fingerprint: %w", err)
+		return rec, OutcomeFailed, fmt.Errorf("consumer %q key %q: the fingerprint function failed: %w", rec.Consumer, rec.Key, err)
 	}
-	return rec, nil
+	return rec, "", nil
 }
 
 // duplicate marks msg as a duplicate and acts per the configured mode.

@@ -11,16 +11,29 @@ import (
 // Outcome is what the inbox did with one message.
 type Outcome string
 
-// The outcomes an Observer sees.
+// The outcomes an Observer sees. Each has one meaning, whatever the entry point
+// (Middleware, Process, ProcessResult, inboxhttp):
+//
+//   - A duplicate is exactly one of three: OutcomeMismatch when its fingerprint differs
+//     from the stored one, whatever the mode does with it; otherwise OutcomeReplayed when
+//     stored output was given back (the produced messages Replay returns, a stored
+//     result ProcessResult returns, a stored response inboxhttp sends), and
+//     OutcomeDuplicate when nothing was (none stored, or Skip, or Fail).
+//   - A failure is exactly one of four: OutcomeNoKey when no key or consumer could be
+//     derived (no claim was tried), OutcomeTooManyAttempts when MaxAttempts refused it,
+//     OutcomeContended when the key was held too long by another delivery (the
+//     database gave up waiting, or the caller did: an error or a context cause wrapping
+//     ErrContended), and OutcomeFailed for everything else: the handler, a panic, the
+//     fingerprint function, the database.
 const (
 	OutcomeProcessed       Outcome = "processed"         // the handler ran and its transaction committed
-	OutcomeDuplicate       Outcome = "duplicate"         // a duplicate, skipped (or failed, per OnDuplicate)
-	OutcomeReplayed        Outcome = "replayed"          // a duplicate whose stored output was returned again
+	OutcomeDuplicate       Outcome = "duplicate"         // a duplicate; nothing stored given back (skipped, failed per OnDuplicate, or nothing to replay)
+	OutcomeReplayed        Outcome = "replayed"          // a duplicate whose stored output was given back
 	OutcomeMismatch        Outcome = "mismatch"          // a duplicate whose fingerprint differs from the stored one
-	OutcomeFailed          Outcome = "failed"            // the handler or the database failed; rolled back, nacked
+	OutcomeFailed          Outcome = "failed"            // the handler, the fingerprint or the database failed; rolled back, nacked
 	OutcomeNoKey           Outcome = "no_key"            // no key (or consumer) could be derived; nacked
-	OutcomeContended       Outcome = "contended"         // the key was held too long by another transaction; nacked
-	OutcomeTooManyAttempts Outcome = "too_many_attempts" // refused after MaxAttempts unfinished starts; nacked
+	OutcomeContended       Outcome = "contended"         // the key was held too long by another delivery; nacked
+	OutcomeTooManyAttempts Outcome = "too_many_attempts" // refused after MaxAttempts attempts that crashed; nacked
 )
 
 // Metadata the middleware sets on every message it handles, with what the Observer sees,
@@ -52,15 +65,16 @@ type Observation struct {
 	// Outcome is what the inbox did with the message.
 	Outcome Outcome
 	// ClaimWait is how long claiming the key took, waits on a concurrent duplicate's
-	// transaction included, whatever the outcome: a claim that failed or was refused
-	// reports its real time too. It is zero only when no claim was tried (no key, or the
-	// attempt count could not be written).
+	// transaction included (and, with MaxAttempts, the attempt's start and count, which
+	// travel with the claim), whatever the outcome: a claim that failed or was refused
+	// reports its real time too. It is zero only when no claim was tried (no key, a
+	// fingerprint function that failed, a context that had ended).
 	ClaimWait time.Duration
 	// Err is why the message failed: non-nil exactly for OutcomeFailed, OutcomeNoKey,
 	// OutcomeContended and OutcomeTooManyAttempts, nil for a processed message and for
 	// every kind of duplicate (even one that OnDuplicate: Fail nacks). It is the handler's
 	// error unchanged (or one saying that it panicked), or the inbox's, which names the
-	// consumer and key.
+	// consumer and key. Permanent(Err) says whether a retry can help.
 	Err error
 }
 

@@ -35,8 +35,6 @@ func (ib *Inbox) process(ctx context.Context, rec Record, msg *message.Message, 
 	}
 	wait := time.Since(start)
 	switch {
-	case errors.Is(err, ErrContended):
-		return Claim{}, wait, join(ib.fail(ctx, rec, msg, OutcomeContended, wait, err), ib.endAttempt(ctx, rec))
 	case err != nil:
 		return Claim{}, wait, join(ib.fail(ctx, rec, msg, OutcomeFailed, wait, err), ib.endAttempt(ctx, rec))
 	case claim.Duplicate: // the store ended the attempt
@@ -64,7 +62,7 @@ func (ib *Inbox) process(ctx context.Context, rec Record, msg *message.Message, 
 		return Claim{}, wait, join(err, ib.rollback(ctx, rec, tx))
 	}
 	if err != nil {
-		ib.observe(ctx, rec, msg, OutcomeFailed, wait, err)
+		ib.observe(ctx, rec, msg, failedOutcome(err), wait, err)
 		if rollbackErr := ib.rollback(ctx, rec, tx); rollbackErr != nil {
 			err = join(err, rollbackErr)
 		}
@@ -109,18 +107,37 @@ func (ib *Inbox) endAttempt(ctx context.Context, rec Record) error {
 // fail wraps err with the record it concerns and reports the failure with the claim's
 // wait (zero when no claim was tried). When the message context ended, that is what the
 // error says first: it is why the database call failed, and only a longer deadline
-// makes the next delivery succeed.
+// makes the next delivery succeed; unless its cause wraps ErrContended (a caller that
+// bounds the wait on a key itself, inboxhttp's InFlightWait): the key was held too long,
+// and the outcome is OutcomeContended. An err that wraps ErrContended is too.
 func (ib *Inbox) fail(ctx context.Context, rec Record, msg *message.Message, outcome Outcome, claimWait time.Duration, err error) error {
 	what := fmt.Sprintf("consumer %q key %q", rec.Consumer, rec.Key)
-	if ctxErr := ctx.Err(); ctxErr != nil {
-		if !errors.Is(err, ctxErr) {
-			err = join(err, ctxErr)
+	if ctx.Err() != nil {
+		cause := context.Cause(ctx)
+		if !errors.Is(err, cause) {
+			err = join(err, cause)
 		}
-		what += fmt.Sprintf(": the message context ended (%v) before the inbox was done, so the message is nacked and comes again"+
-			" (processed then, or skipped if its commit went through); if a deadline ended it (watermill-nats AckWaitTimeout,"+
-			" a Timeout middleware, a shutdown), give the handler more time than it takes", ctxErr)
+		if errors.Is(cause, ErrContended) {
+			what += fmt.Sprintf(": the caller stopped waiting for the key (%v), so the message is nacked and comes again", cause)
+		} else {
+			what += fmt.Sprintf(": the message context ended (%v) before the inbox was done, so the message is nacked and comes again"+
+				" (processed then, or skipped if its commit went through); if a deadline ended it (watermill-nats AckWaitTimeout,"+
+				" a Timeout middleware, a shutdown), give the handler more time than it takes", cause)
+		}
+	}
+	if outcome == OutcomeFailed {
+		outcome = failedOutcome(err)
 	}
 	err = wrap(what, err)
 	ib.observe(ctx, rec, msg, outcome, claimWait, err)
 	return err
+}
+
+// failedOutcome is the outcome of a failure: OutcomeContended when err wraps
+// ErrContended (the key was held too long), OutcomeFailed otherwise.
+func failedOutcome(err error) Outcome {
+	if errors.Is(err, ErrContended) {
+		return OutcomeContended
+	}
+	return OutcomeFailed
 }

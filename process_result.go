@@ -41,7 +41,7 @@ type Result struct {
 // unchanged; the next call with that key runs fn again. A commit that fails returns an
 // error and stores nothing.
 func (ib *Inbox) ProcessResult(ctx context.Context, consumer, key string, fingerprint []byte, fn func(ctx context.Context) ([]byte, error)) (Result, error) {
-	if err := validateConsumer(consumer); err != nil {
+	if err := ValidateConsumer(consumer); err != nil {
 		return Result{}, fmt.Errorf("inbox: %w", err)
 	}
 	if key == "" {
@@ -70,8 +70,12 @@ func (ib *Inbox) ProcessResult(ctx context.Context, consumer, key string, finger
 		res.Output = nil
 	}
 	if fingerprint == nil || claim.Fingerprint == nil || bytes.Equal(fingerprint, claim.Fingerprint) {
+		outcome := OutcomeReplayed // something came back
+		if res.Output == nil {
+			outcome = OutcomeDuplicate
+		}
 		ib.cfg.Logger.Debug("inbox: duplicate, stored result returned", fields)
-		ib.observe(ctx, rec, nil, OutcomeReplayed, wait, nil)
+		ib.observe(ctx, rec, nil, outcome, wait, nil)
 		return res, nil
 	}
 	res.Mismatch = true
