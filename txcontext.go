@@ -13,7 +13,9 @@ type txContextKey struct{}
 // transaction to the handler. Use it in tests to run a handler against a transaction of
 // your own; and note that the middleware joins a transaction it finds in the message
 // context instead of beginning one (the key then commits or rolls back with that
-// transaction, which its owner ends).
+// transaction, which its owner ends). ContextWithTx(ctx, nil) hides a transaction ctx
+// carries: the inbox then begins its own (inboxhttp does, since it must commit before
+// it answers).
 func ContextWithTx(ctx context.Context, tx any) context.Context {
 	return context.WithValue(ctx, txContextKey{}, tx)
 }

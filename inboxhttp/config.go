@@ -80,7 +80,7 @@ type Config struct {
 
 	// Consumer names the keys' scope: one per route, e.g. "POST /payments" or
 	// "stripe-webhooks". The same key on two consumers is two keys. Required; at most
-	// 255 bytes of UTF-8.
+	// 255 bytes of UTF-8 without NUL bytes (inbox.ValidateConsumer).
 	Consumer string
 
 	// Key derives a request's key. Keys are per Consumer, not per client: when several
@@ -141,7 +141,6 @@ type Config struct {
 const (
 	defaultInFlightWait = 10 * time.Second
 	defaultMaxBody      = 1 << 20
-	maxConsumerLen      = 255
 )
 
 func (c *Config) setDefaults() {
@@ -182,11 +181,10 @@ func (c *Config) validate() error {
 	if c.Inbox == nil {
 		errs = append(errs, errors.New("Inbox is nil: set it to the *inbox.Inbox from inbox.New"))
 	}
-	switch {
-	case c.Consumer == "":
+	if c.Consumer == "" {
 		errs = append(errs, errors.New(`Consumer is empty: name the route's keys, e.g. "POST /payments"`))
-	case len(c.Consumer) > maxConsumerLen:
-		errs = append(errs, fmt.Errorf("Consumer is %d bytes long, more than %d: choose a shorter name", len(c.Consumer), maxConsumerLen))
+	} else if err := inbox.ValidateConsumer(c.Consumer); err != nil { // the inbox's own rule
+		errs = append(errs, fmt.Errorf("Consumer: %w", err))
 	}
 	if c.InFlight < Wait || c.InFlight > Conflict {
 		errs = append(errs, fmt.Errorf("InFlight is %v: use inboxhttp.Wait or inboxhttp.Conflict", c.InFlight))

@@ -5,12 +5,19 @@
 // The first request with a key runs the handler inside the inbox transaction, reachable
 // with inbox.TxFromContext from r.Context(). The middleware buffers the response
 // (status, headers, body), stores it with the key in the same transaction
-// (inbox.ProcessResult), commits, and only then sends it. If the commit fails the client
-// gets a 503 and nothing is stored, so its retry runs the handler again. A retry with the
-// same key and the same request gets the stored response with the header
-// Idempotent-Replayed: true. The same key with a different request (method, path, query
-// or body) gets 422; a key still in flight waits for the first request (bounded) or gets
-// 409 (see Config.InFlight). Errors are RFC 9457 problem details.
+// (inbox.ProcessResult), commits, and only then sends it: always in a transaction of its
+// own, never one the request context carries. Trailers are stored and replayed with
+// the headers. If the commit fails the client gets a 503 with Retry-After and nothing is
+// stored, so its retry runs the handler again; a failure no retry can cure
+// (inbox.Permanent: the request crashed the server MaxAttempts times, its response is
+// larger than the inbox stores) gets a 500 without Retry-After, and a problem type that
+// says so (ProblemPermanent, ProblemTooManyAttempts; docs/errors.md). A handler that
+// panics rolls back, and net/http then recovers the panic: not a crash, for
+// inbox.Config.MaxAttempts. A retry with the same key and the same request gets the
+// stored response with the header Idempotent-Replayed: true. The same key with a
+// different request (method, path, query or body) gets 422; a key still in flight waits
+// for the first request (bounded) or gets 409 (see Config.InFlight), observed as
+// contended. Errors are RFC 9457 problem details.
 //
 // Keys come from the Idempotency-Key header by default (draft-ietf-httpapi-idempotency-
 // key-header-07), or from a KeyFunc: WebhookID (Standard Webhooks), GitHubDelivery,

@@ -94,7 +94,7 @@ func TestBodyCaps(t *testing.T) {
 		for i := range 2 {
 			got, err = post(t, client, url, "big-response", `{"amount":999}`)
 			require.NoError(t, err)
-			requireProblem(t, got, http.StatusInternalServerError)
+			requirePermanent(t, got, http.StatusInternalServerError, inboxhttp.ProblemPermanent)
 			require.Contains(t, got.body, "larger than 1024 bytes")
 			require.Equal(t, int32(i+1), p.calls.Load(), "nothing stored: the retry runs again")
 		}
@@ -131,7 +131,7 @@ func TestCommitFails(t *testing.T) {
 	client := &http.Client{}
 	got, err := post(t, client, url, "doomed", `{}`)
 	require.NoError(t, err)
-	requireProblem(t, got, http.StatusServiceUnavailable)
+	requireProblemOf(t, got, http.StatusServiceUnavailable, inboxhttp.ProblemTransient)
 	require.Equal(t, "1", got.header.Get("Retry-After"))
 
 	got, err = post(t, client, url, "doomed", `{}`)
@@ -158,7 +158,7 @@ func TestKeyProcessedElsewhere(t *testing.T) {
 		url := serve(t, newMiddleware(t, b, inboxhttp.Config{Logger: slog.New(slog.DiscardHandler)}), p)
 		got, err := post(t, &http.Client{}, url, "taken", `{"amount":1}`)
 		require.NoError(t, err)
-		requireProblem(t, got, http.StatusInternalServerError)
+		requirePermanent(t, got, http.StatusInternalServerError, inboxhttp.ProblemPermanent)
 		require.Zero(t, p.calls.Load())
 	})
 }

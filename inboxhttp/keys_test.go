@@ -1,6 +1,7 @@
 package inboxhttp_test
 
 import (
+	"context"
 	"net/http"
 	"strings"
 	"testing"
@@ -125,4 +126,23 @@ func TestNewValidates(t *testing.T) {
 		require.ErrorContains(t, err, want)
 	}
 	require.Equal(t, 1, strings.Count(err.Error(), "inboxhttp:"), "one prefix: %v", err)
+}
+
+// Issue 19, defect 7: New accepts a consumer exactly when the inbox does (before, a NUL
+// byte or invalid UTF-8 passed New, and every request then got 503).
+func TestNewValidatesTheConsumerAsTheInboxDoes(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t, "pgx")
+	ib, err := inbox.New(inbox.Config{Store: b.store, Consumer: "http"})
+	require.NoError(t, err)
+	for _, consumer := range []string{"POST /payments", "a\x00b", "\xff\xfe", strings.Repeat("c", 255), strings.Repeat("c", 256), "é"} {
+		_, newErr := inboxhttp.New(inboxhttp.Config{Inbox: ib, Consumer: consumer})
+		_, processErr := ib.Process(context.Background(), consumer, "key-1", func(context.Context) error { return nil })
+		if processErr != nil {
+			require.ErrorContains(t, newErr, "inboxhttp: invalid config: Consumer", "%q: the inbox refuses it", consumer)
+			require.Error(t, inbox.ValidateConsumer(consumer), "%q", consumer)
+		} else {
+			require.NoError(t, newErr, "%q: the inbox accepts it", consumer)
+		}
+	}
 }

@@ -45,8 +45,12 @@ func New(cfg Config) (*Idempotency, error) {
 
 // Errors that end a request without a stored response; never seen by callers.
 var (
-	errNotStored   = errors.New("inboxhttp: the response status is not stored")
-	errWaitExpired = errors.New("inboxhttp: the wait for the key ran out")
+	errNotStored = errors.New("inboxhttp: the response status is not stored")
+	// errWaitExpired is contention (the inbox observes it so): the key was held too long.
+	errWaitExpired = fmt.Errorf("inboxhttp: the wait for the key ran out (Config.InFlightWait): %w", inbox.ErrContended)
+	// errPanicked is a clean failure: net/http recovers the panic, which the middleware
+	// raises again once the transaction rolled back, so the process lives on.
+	errPanicked = errors.New("inboxhttp: the handler panicked; rolled back")
 )
 
 // Middleware deduplicates next's requests: mux.Handle("POST /payments", m.Middleware(h)),
@@ -66,10 +70,10 @@ func (m *Idempotency) Middleware(next http.Handler) http.Handler {
 		if err != nil {
 			var tooLarge *http.MaxBytesError
 			if errors.As(err, &tooLarge) {
-				problem(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("The request body is larger than %d bytes, the most this route stores.", m.cfg.MaxRequestBody))
+				problem(w, http.StatusRequestEntityTooLarge, "about:blank", fmt.Sprintf("The request body is larger than %d bytes, the most this route stores.", m.cfg.MaxRequestBody))
 				return
 			}
-			problem(w, http.StatusBadRequest, "The request body could not be read: "+err.Error())
+			problem(w, http.StatusBadRequest, "about:blank", "The request body could not be read: "+err.Error())
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
@@ -84,17 +88,17 @@ func (m *Idempotency) Middleware(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		case errors.Is(err, inbox.ErrNoKey):
-			problem(w, http.StatusBadRequest, "This request needs an idempotency key: "+err.Error()+".")
+			problem(w, http.StatusBadRequest, "about:blank", "This request needs an idempotency key: "+err.Error()+".")
 			return
 		case err != nil:
-			problem(w, http.StatusBadRequest, "The idempotency key is malformed: "+err.Error()+".")
+			problem(w, http.StatusBadRequest, "about:blank", "The idempotency key is malformed: "+err.Error()+".")
 			return
 		}
 
 		if m.cfg.InFlight == Conflict {
 			if !m.enter(key) {
 				w.Header().Set("Retry-After", "1")
-				problem(w, http.StatusConflict, "A request with this idempotency key is still being processed; retry later.")
+				problem(w, http.StatusConflict, "about:blank", "A request with this idempotency key is still being processed; retry later.")
 				return
 			}
 			defer m.leave(key)
@@ -105,15 +109,21 @@ func (m *Idempotency) Middleware(next http.Handler) http.Handler {
 
 // serve processes a request with a key: the handler in the inbox transaction, or the
 // stored response.
+//
+// The transaction is always the middleware's own, never one the request context
+// carries (inbox.ContextWithTx(ctx, nil) hides it): the middleware must commit the
+// response with the key before it sends it, and roll back what it does not store.
 func (m *Idempotency) serve(w http.ResponseWriter, r *http.Request, next http.Handler, key string, body []byte) {
 	// The request's context, detached from the client (see Middleware), and cancelled
-	// only if the claim is still waiting on the key when InFlightWait runs out.
-	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
-	defer cancel()
-	timer := time.AfterFunc(m.cfg.InFlightWait, cancel)
+	// only if the claim is still waiting on the key when InFlightWait runs out, with a
+	// cause that makes the inbox see contention.
+	ctx, cancel := context.WithCancelCause(inbox.ContextWithTx(context.WithoutCancel(r.Context()), nil))
+	defer cancel(nil)
+	timer := time.AfterFunc(m.cfg.InFlightWait, func() { cancel(errWaitExpired) })
 	defer timer.Stop()
 
 	var resp *response
+	var panicked any
 	res, err := m.cfg.Inbox.ProcessResult(ctx, m.cfg.Consumer, key, m.cfg.Fingerprint(r, body), func(txCtx context.Context) ([]byte, error) {
 		if !timer.Stop() { // the wait ran out as the claim came through
 			return nil, errWaitExpired
@@ -121,7 +131,9 @@ func (m *Idempotency) serve(w http.ResponseWriter, r *http.Request, next http.Ha
 		resp = newResponse(m.cfg.MaxResponseBody, m.omitted)
 		req := r.WithContext(txCtx)
 		req.Body = io.NopCloser(bytes.NewReader(body))
-		next.ServeHTTP(resp, req)
+		if panicked = serveRecovering(next, resp, req); panicked != nil {
+			return nil, errPanicked
+		}
 		resp.finish()
 		switch {
 		case resp.tooBig:
@@ -131,31 +143,41 @@ func (m *Idempotency) serve(w http.ResponseWriter, r *http.Request, next http.Ha
 		}
 		return resp.encode(), nil
 	})
+	if panicked != nil { // rolled back: net/http does with it what it does with a panic
+		panic(panicked)
+	}
 
 	switch {
 	case err == nil && !res.Duplicate:
-		m.send(w, r, resp.status, resp.sent, resp.body.Bytes(), "")
+		m.send(w, r, resp.status, resp.out(), resp.body.Bytes(), "")
 	case err == nil && res.Mismatch, errors.Is(err, inbox.ErrFingerprintMismatch):
-		problem(w, http.StatusUnprocessableEntity, "This idempotency key was used for a different request (method, path or body).")
+		problem(w, http.StatusUnprocessableEntity, "about:blank", "This idempotency key was used for a different request (method, path or body).")
 	case err == nil:
 		s, err := decode(res.Output)
 		if err != nil { // a retry cannot help: the key holds something else
 			m.cfg.Logger.Error("inboxhttp: the key's stored output is not a response", "consumer", m.cfg.Consumer, "key", key, "path", r.URL.Path, "error", err)
-			problem(w, http.StatusInternalServerError, "This idempotency key was processed, but no response of this route is stored with it.")
+			problem(w, http.StatusInternalServerError, ProblemPermanent, "This idempotency key was processed, but no response of this route is stored with it.")
 			return
 		}
 		m.send(w, r, s.status, s.header, s.body, m.cfg.ReplayHeader)
 	case errors.Is(err, errNotStored):
-		m.send(w, r, resp.status, resp.sent, resp.body.Bytes(), "")
+		m.send(w, r, resp.status, resp.out(), resp.body.Bytes(), "")
 	case errors.Is(err, ErrResponseTooLarge):
 		m.cfg.Logger.Error("inboxhttp: response too large to store, rolled back", "consumer", m.cfg.Consumer, "path", r.URL.Path, "max", m.cfg.MaxResponseBody)
-		problem(w, http.StatusInternalServerError, fmt.Sprintf("The response is larger than %d bytes, the most this route stores; nothing was stored.", m.cfg.MaxResponseBody))
-	case resp == nil && (errors.Is(err, inbox.ErrContended) || errors.Is(err, errWaitExpired) || ctx.Err() != nil):
+		problem(w, http.StatusInternalServerError, ProblemPermanent, fmt.Sprintf("The response is larger than %d bytes, the most this route stores; nothing was stored.", m.cfg.MaxResponseBody))
+	case resp == nil && (errors.Is(err, inbox.ErrContended) || ctx.Err() != nil):
 		w.Header().Set("Retry-After", "1")
-		problem(w, http.StatusConflict, "A request with this idempotency key is still being processed; retry later.")
+		problem(w, http.StatusConflict, "about:blank", "A request with this idempotency key is still being processed; retry later.")
 	default:
 		m.fail(w, r, key, err)
 	}
+}
+
+// serveRecovering serves r with h and returns what h panicked with, nil if it did not.
+func serveRecovering(h http.Handler, w http.ResponseWriter, r *http.Request) (panicked any) {
+	defer func() { panicked = recover() }()
+	h.ServeHTTP(w, r)
+	return nil
 }
 
 // send writes a response and logs a failure to, since nothing else can be done.
@@ -165,12 +187,52 @@ func (m *Idempotency) send(w http.ResponseWriter, r *http.Request, status int, h
 	}
 }
 
-// fail answers a failure of the store or the commit: nothing was stored, so a retry runs
-// the handler again.
+// fail answers a failure of the inbox, the store or the commit: nothing was stored. A
+// transient one (a retry can succeed, and runs the handler again) gets 503 with
+// Retry-After; a permanent one (inbox.Permanent: the same request fails the same way)
+// gets 500 without, and a problem type that says so (see failureOf).
 func (m *Idempotency) fail(w http.ResponseWriter, r *http.Request, key string, err error) {
 	m.cfg.Logger.Error("inboxhttp: request failed, nothing stored", "consumer", m.cfg.Consumer, "key", key, "path", r.URL.Path, "error", err)
-	w.Header().Set("Retry-After", "1")
-	problem(w, http.StatusServiceUnavailable, "The request could not be completed and nothing was stored; retry it with the same idempotency key.")
+	f := failureOf(err)
+	if f.retryAfter {
+		w.Header().Set("Retry-After", "1")
+	}
+	problem(w, f.status, f.typ, f.detail)
+}
+
+// failure is what a request that failed gets: docs/errors.md's table.
+type failure struct {
+	status     int
+	typ        string
+	detail     string
+	retryAfter bool
+}
+
+// failures are the failures answered with a detail of their own; the others follow
+// inbox.Permanent.
+var failures = []struct {
+	err error
+	failure
+}{
+	{inbox.ErrTooManyAttempts, failure{http.StatusInternalServerError, ProblemTooManyAttempts,
+		"Earlier requests with this idempotency key never finished: the server died while it handled them. This one was refused without running, and will be again: do not send it again.", false}},
+	{inbox.ErrOutputTooLarge, failure{http.StatusInternalServerError, ProblemPermanent,
+		"The response is larger than the inbox stores with a key (inbox.Config.MaxOutputBytes); nothing was stored, and the same request gets the same answer.", false}},
+}
+
+// failureOf maps an error of ProcessResult to what the request gets.
+func failureOf(err error) failure {
+	for _, f := range failures {
+		if errors.Is(err, f.err) {
+			return f.failure
+		}
+	}
+	if inbox.Permanent(err) {
+		return failure{http.StatusInternalServerError, ProblemPermanent,
+			"The request failed, nothing was stored, and it cannot succeed as it is: do not send it again with this idempotency key.", false}
+	}
+	return failure{http.StatusServiceUnavailable, ProblemTransient,
+		"The request could not be completed and nothing was stored; retry it with the same idempotency key.", true}
 }
 
 func (m *Idempotency) enter(key string) bool {
@@ -189,6 +251,15 @@ func (m *Idempotency) leave(key string) {
 	delete(m.inFlight, key)
 }
 
+// Problem types of the failures the middleware answers itself beyond HTTP's own
+// statuses (docs/errors.md): a client retries a transient one (503, with Retry-After)
+// with the same key, and must not retry a permanent one.
+const (
+	ProblemTransient       = "https://github.com/watermill-inbox/inbox/blob/main/docs/errors.md#transient"
+	ProblemPermanent       = "https://github.com/watermill-inbox/inbox/blob/main/docs/errors.md#permanent"
+	ProblemTooManyAttempts = "https://github.com/watermill-inbox/inbox/blob/main/docs/errors.md#errtoomanyattempts"
+)
+
 // Problem is an RFC 9457 problem details object, the body of every error the middleware
 // answers itself (Content-Type application/problem+json).
 type Problem struct {
@@ -198,8 +269,10 @@ type Problem struct {
 	Detail string `json:"detail,omitempty"`
 }
 
-func problem(w http.ResponseWriter, status int, detail string) {
-	body, _ := json.Marshal(Problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail})
+// problem answers an RFC 9457 problem: typ is "about:blank" where the status says it
+// all, or one of the Problem types.
+func problem(w http.ResponseWriter, status int, typ, detail string) {
+	body, _ := json.Marshal(Problem{Type: typ, Title: http.StatusText(status), Status: status, Detail: detail})
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(status)

@@ -95,12 +95,18 @@ func forEachBackend(t *testing.T, test func(t *testing.T, b backend)) {
 
 func requireProblem(t *testing.T, got reply, status int) {
 	t.Helper()
+	requireProblemOf(t, got, status, "about:blank")
+}
+
+// requireProblemOf checks a problem of type typ.
+func requireProblemOf(t *testing.T, got reply, status int, typ string) {
+	t.Helper()
 	require.Equal(t, status, got.status, got.body)
 	require.Equal(t, "application/problem+json", got.header.Get("Content-Type"))
 	var p inboxhttp.Problem
 	require.NoError(t, json.Unmarshal([]byte(got.body), &p), got.body)
 	require.Equal(t, status, p.Status)
-	require.Equal(t, "about:blank", p.Type)
+	require.Equal(t, typ, p.Type)
 	require.Equal(t, http.StatusText(status), p.Title)
 	require.NotEmpty(t, p.Detail)
 	require.False(t, got.replayed())

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/watermill-inbox/inbox"
 )
@@ -66,6 +67,37 @@ func (w *response) finish() {
 	}
 }
 
+// out returns the header the response goes out with, and is stored with: the header as
+// it was when the status was written, and the trailers, as net/http takes them from a
+// handler: keys with http.TrailerPrefix, set at any time, and the names the Trailer
+// header declared, with their values as the handler left them. Trailers come out keyed
+// with http.TrailerPrefix, which net/http sends as trailers wherever they are set.
+func (w *response) out() http.Header {
+	h := make(http.Header, len(w.sent))
+	declared := map[string]bool{}
+	for _, v := range w.sent.Values("Trailer") {
+		for _, name := range strings.Split(v, ",") {
+			if name = http.CanonicalHeaderKey(strings.TrimSpace(name)); name != "" {
+				declared[name] = true
+			}
+		}
+	}
+	for name, values := range w.sent {
+		if !declared[name] {
+			h[name] = values
+		}
+	}
+	for name, values := range w.header {
+		switch {
+		case strings.HasPrefix(name, http.TrailerPrefix):
+			h[http.TrailerPrefix+http.CanonicalHeaderKey(name[len(http.TrailerPrefix):])] = values
+		case declared[name]:
+			h[http.TrailerPrefix+name] = values
+		}
+	}
+	return h
+}
+
 // hopByHop headers describe one connection, not the response, and are never stored.
 var hopByHop = map[string]bool{
 	"Connection": true, "Keep-Alive": true, "Proxy-Connection": true, "Te": true,
@@ -78,18 +110,19 @@ const storedVersion = 1
 // big-endian), the header count and each header name and value with its length (uvarint),
 // then the body as it is.
 func (w *response) encode() []byte {
+	header := w.out()
 	out := make([]byte, 0, 64+w.body.Len())
 	out = append(out, storedVersion)
 	out = binary.BigEndian.AppendUint16(out, uint16(w.status))
 	var n uint64
-	for name, values := range w.sent {
+	for name, values := range header {
 		if !w.keep(name) {
 			continue
 		}
 		n += uint64(len(values))
 	}
 	out = binary.AppendUvarint(out, n)
-	for name, values := range w.sent {
+	for name, values := range header {
 		if !w.keep(name) {
 			continue
 		}
@@ -103,7 +136,9 @@ func (w *response) encode() []byte {
 	return append(out, w.body.Bytes()...)
 }
 
+// keep reports whether a header (or a trailer, keyed with http.TrailerPrefix) is stored.
 func (w *response) keep(name string) bool {
+	name = strings.TrimPrefix(name, http.TrailerPrefix)
 	return !hopByHop[name] && !w.omitted[name]
 }
 
@@ -147,16 +182,19 @@ func decode(b []byte) (stored, error) {
 }
 
 // write sends a response: the stored headers, the replay header when replayed, an exact
-// Content-Length, the status and the body.
+// Content-Length (unless there are trailers, which need a chunked body), the status and
+// the body, then the trailers.
 func write(w http.ResponseWriter, status int, header http.Header, body []byte, replayHeader string) error {
 	h := w.Header()
+	trailers := false
 	for name, values := range header {
 		h[name] = append([]string(nil), values...)
+		trailers = trailers || strings.HasPrefix(name, http.TrailerPrefix)
 	}
 	if replayHeader != "" {
 		h.Set(replayHeader, "true")
 	}
-	if status != http.StatusNoContent && status != http.StatusNotModified {
+	if status != http.StatusNoContent && status != http.StatusNotModified && !trailers {
 		h.Set("Content-Length", strconv.Itoa(len(body)))
 	}
 	w.WriteHeader(status)
