@@ -19,7 +19,7 @@ import (
 // mysqlAttemptQueries are the attempt statements of a MySQLStore.
 type mysqlAttemptQueries struct {
 	// start inserts the row only if GET_LOCK took the lock: ?consumer, ?key, ?token,
-	// ?lock name. (Vitess: insert alone, after getLock.)
+	// ?lock name. (Vitess and TiDB: "", and insert alone after getLock.)
 	start string
 	// insert inserts the row alone (beside a joined transaction, or on Vitess).
 	insert string
@@ -52,9 +52,12 @@ func newMySQLAttemptQueries(e MySQLEngine, a string) mysqlAttemptQueries {
 		still:   "SELECT COUNT(*) FROM " + a + where + " AND `attempt` IN ",
 		end:     "DELETE FROM " + a + where + " AND `attempt` = ?",
 	}
-	if e == MySQLVitess {
+	switch e {
+	case MySQLVitess:
 		q.start = ""
 		q.dead = "SELECT `attempt` FROM " + a + where + " AND `attempt` <> ?"
+	case MySQLTiDB: // TiDB evaluates GET_LOCK twice in start's WHERE: a release would leave it held
+		q.start = ""
 	}
 	return q
 }
@@ -70,7 +73,7 @@ var errLockTaken = errors.New("the attempt's lock is held by another session")
 
 func (a mysqlAttempts) start(ctx context.Context, conn SQLDB, rec Record) error {
 	q := a.s.sql.attempts
-	if q.start == "" { // Vitess
+	if q.start == "" { // Vitess, TiDB
 		if err := a.lock(ctx, conn, rec); err != nil {
 			return err
 		}
