@@ -422,7 +422,7 @@ func mysqlLikeFlavour(name string, dsn func(t testing.TB) string, handle handleK
 			return sqlFixture(t, open, handle, true, newMySQLFlavourStore(cfg))
 		},
 		missing: func(t *testing.T) inbox.Store {
-			store, err := inbox.NewMySQLStore(open(t), inbox.MySQLConfig{Table: tableName("missing")})
+			store, err := inbox.NewMySQLStore(open(t), inbox.MySQLConfig{Table: tableName("missing"), Engine: cfg.Engine})
 			require.NoError(t, err)
 			return store
 		},

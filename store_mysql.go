@@ -184,6 +184,9 @@ func (s *MySQLStore) CreateSchema(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := s.checkServerEngine(ctx); err != nil {
+		return err
+	}
 	if err := dropOldAttempts("`"+s.cfg.Table+"_attempts`", func(q string) error {
 		_, err := s.db.ExecContext(ctx, q)
 		return err

@@ -59,6 +59,50 @@ const (
 	tidbRetryable     = 8022 // ErrTxnRetryable
 )
 
+// engineOf tells the engine from the server's VERSION(): TiDB's says "TiDB" (e.g.
+// "8.0.11-TiDB-v8.4.0"), vtgate's "Vitess" (e.g. "8.4.6-Vitess", answered by vtgate
+// itself for a SELECT VERSION() alone), MySQL's and MariaDB's neither. ok is false for
+// those: a server can be configured to say anything, so only a positive sighting counts.
+func engineOf(version string) (e MySQLEngine, ok bool) {
+	switch {
+	case strings.Contains(version, "TiDB"):
+		return MySQLTiDB, true
+	case strings.Contains(version, "Vitess"):
+		return MySQLVitess, true
+	}
+	return MySQLInnoDB, false
+}
+
+// MySQLEngineOf asks the server behind db which engine it is, from its VERSION():
+// MySQLTiDB or MySQLVitess when it says so, MySQLInnoDB otherwise (MySQL, MariaDB, or a
+// server configured to hide what it is). Set MySQLConfig.Engine from it when a program
+// takes DSNs of any of them (the inbox CLI does); a store whose Engine disagrees with
+// what the server says fails in CreateSchema and New, naming the setting.
+func MySQLEngineOf(ctx context.Context, db SQLDB) (MySQLEngine, error) {
+	var version string
+	if err := db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
+		return MySQLInnoDB, fmt.Errorf("inbox: reading the server's version: %w", err)
+	}
+	e, _ := engineOf(version)
+	return e, nil
+}
+
+// checkServerEngine refuses, in CreateSchema and New, a server that says it is TiDB or
+// Vitess to a store configured for another engine: TiDB refuses the schema's UTC
+// defaults (a raw error 1064), and on Vitess the store would send SET TRANSACTION that
+// vtgate keeps, and create no VSchema.
+func (s *MySQLStore) checkServerEngine(ctx context.Context) error {
+	var version string
+	if err := s.db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
+		return s.wrap("reading the server's version", err)
+	}
+	if seen, ok := engineOf(version); ok && seen != s.cfg.Engine {
+		return fmt.Errorf("inbox: invalid store config: the server says it is %s (VERSION() is %q) and MySQLConfig.Engine is %v: set MySQLConfig.Engine to inbox.%v",
+			strings.TrimPrefix(seen.String(), "MySQL"), version, s.cfg.Engine, seen)
+	}
+	return nil
+}
+
 // mysqlUTCDefault is the column default TiDB refuses.
 const mysqlUTCDefault = " DEFAULT (UTC_TIMESTAMP(6))"
 
@@ -190,11 +234,12 @@ func (s *MySQLStore) vschemaTables(ctx context.Context) (map[string]bool, error)
 }
 
 // verifyEngine checks, before the tables are read, what New must refuse on the engine:
-// on Vitess, tables missing from the VSchema (vtgate reports them only in its error
+// a server of another engine than the config's (checkServerEngine); on Vitess, tables
+// missing from the VSchema (vtgate reports them only in its error
 // text), and a best-effort commit across shards.
 func (s *MySQLStore) verifyEngine(ctx context.Context) error {
-	if s.cfg.Engine != MySQLVitess {
-		return nil
+	if err := s.checkServerEngine(ctx); err != nil || s.cfg.Engine != MySQLVitess {
+		return err
 	}
 	known, err := s.vschemaTables(ctx)
 	if err != nil {

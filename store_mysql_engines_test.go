@@ -64,3 +64,24 @@ func TestVitessVSchemaFileShardsByKey(t *testing.T) {
 		}
 	}
 }
+
+func TestEngineOf(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		version string
+		want    MySQLEngine
+		ok      bool
+	}{
+		{"8.0.11-TiDB-v8.4.0-this-is-a-placeholder", MySQLTiDB, true},
+		{"5.7.25-TiDB-v7.5.1", MySQLTiDB, true},
+		{"8.4.6-Vitess", MySQLVitess, true},
+		{"8.0.40-Vitess", MySQLVitess, true},
+		{"9.7.4-2", MySQLInnoDB, false},
+		{"10.11.19-MariaDB-0+deb12u1", MySQLInnoDB, false},
+	} {
+		got, ok := engineOf(tt.version)
+		if got != tt.want || ok != tt.ok {
+			t.Errorf("engineOf(%q) = %v, %v; want %v, %v", tt.version, got, ok, tt.want, tt.ok)
+		}
+	}
+}

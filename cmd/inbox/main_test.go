@@ -138,6 +138,14 @@ func databases() []database {
 			}
 			return openMySQLTable(t, "MySQL", "INBOX_MYSQL_DSN", dsn, false)
 		}},
+		// The CLI has no engine flag: it asks the server (inbox.MySQLEngineOf).
+		{name: "tidb", open: func(t *testing.T) testDB {
+			dsn := os.Getenv("INBOX_TIDB_DSN")
+			if dsn == "" {
+				t.Skip("TiDB not tested: set INBOX_TIDB_DSN (e.g. root@tcp(127.0.0.1:4000)/test)")
+			}
+			return openMySQLTable(t, "TiDB", "INBOX_TIDB_DSN", dsn, false)
+		}},
 	}
 }
 
@@ -189,7 +197,9 @@ func openMySQLTable(t *testing.T, what, variable, dsn string, asURL bool) testDB
 		unavailable(t, what, variable, err)
 	}
 	table := fmt.Sprintf("cli_%08x", rand.Uint32())
-	store, err := inbox.NewMySQLStore(db, inbox.MySQLConfig{Table: table})
+	engine, err := inbox.MySQLEngineOf(ctx, db)
+	require.NoError(t, err)
+	store, err := inbox.NewMySQLStore(db, inbox.MySQLConfig{Table: table, Engine: engine})
 	require.NoError(t, err)
 	require.NoError(t, store.CreateSchema(ctx))
 	t.Cleanup(func() {

@@ -36,7 +36,13 @@ func openMySQL(ctx context.Context, dsn, table string) (inbox.Store, func(), err
 		_ = db.Close()
 		return nil, nil, fmt.Errorf("connecting to MySQL: %w", err)
 	}
-	store, err := inbox.NewMySQLStore(db, inbox.MySQLConfig{Table: table})
+	// The DSN may name TiDB or a vtgate: the store adapts to what the server says it is.
+	// The commands' transactions never span shards (a key and its attempts share one).
+	engine, err := inbox.MySQLEngineOf(ctx, db)
+	var store *inbox.MySQLStore
+	if err == nil {
+		store, err = inbox.NewMySQLStore(db, inbox.MySQLConfig{Table: table, Engine: engine, AllowBestEffortCommit: engine == inbox.MySQLVitess})
+	}
 	if err == nil {
 		err = store.Verify(ctx)
 	}
