@@ -93,22 +93,30 @@ type Config struct {
 	// the same treatment as any duplicate; Fail nacks it.
 	OnMismatch DuplicateMode
 
-	// MaxAttempts, when above zero, makes the inbox count started attempts outside the
-	// handler's transaction (one short extra write per delivery), and refuse, with an
-	// error wrapping ErrTooManyAttempts, a message that has already started MaxAttempts
-	// times and never ended: neither committed nor failed cleanly (a handler error, or a
-	// claim or commit the database refused). Its handler crashes the process. Defaults
-	// to 0, off.
+	// MaxAttempts, when above zero, makes the inbox count the attempts of a message
+	// whose process died (OOM kill, SIGKILL, a panic that escapes the inbox), and refuse,
+	// with an error wrapping ErrTooManyAttempts, a message that already has MaxAttempts
+	// of them. Each delivery's attempt is a row written, and committed, before the
+	// handler's transaction begins, and a session lock held until the attempt ends: it
+	// ends when the delivery commits, fails cleanly (a handler error, a claim or commit
+	// the database refused), is a duplicate, or is refused; a process that dies takes
+	// its lock with it, and its row is what counts. Concurrent duplicates, waiting on the
+	// key or failing one after the other, are never counted (ADR 60). Defaults to 0, off.
 	//
-	// Counting needs a connection other than the handler's transaction's. When the inbox
-	// joins a transaction from the message context, that transaction already holds one:
-	// the count takes a second connection from the store's pool, waiting at most
-	// AttemptConnWait for it, and fails the message with ErrAttemptsNeedConn (nothing
-	// written) when none comes, or when the store's handle is a single connection
-	// (*pgx.Conn, *sql.Conn) that the joined transaction may be running on. In a joined
-	// transaction an attempt ends when the handler returns nil too: the inbox cannot see
-	// the owner's commit, and an owner that rolls back after the handler succeeded must
-	// not make a healthy message look poisoned.
+	// It costs one round trip more for a first delivery through pgx (the count), and a
+	// few statements through database/sql. The PostgresStore needs a *pgxpool.Pool, a
+	// *pgx.Conn or a *pgxpool.Conn (New says so). Where the claim's transaction is not
+	// at READ COMMITTED (or is joined), the count runs on a second connection of the
+	// pool; over a single connection New refuses that.
+	//
+	// Beside a transaction the inbox joins from the message context, the attempt's row
+	// is written on a second connection of the store's pool, waited for at most
+	// AttemptConnWait, and the message fails with ErrAttemptsNeedConn (nothing written)
+	// when none comes, or when the store's handle is a single connection (*pgx.Conn,
+	// *sql.Conn) that the joined transaction may be running on. In a joined transaction
+	// an attempt ends when the handler returns nil too: the inbox cannot see the owner's
+	// commit, and an owner that rolls back after the handler succeeded must not make a
+	// healthy message look poisoned.
 	MaxAttempts int
 
 	// MaxOutputBytes bounds the messages a handler produces, as stored with the key for

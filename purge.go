@@ -86,7 +86,7 @@ func (c *PurgeConfig) validate() error {
 	return nil
 }
 
-// Purge deletes the keys processed more than cfg.OlderThan ago, and the attempt counts
+// Purge deletes the keys processed more than cfg.OlderThan ago, and the attempt rows
 // of keys that started that long ago and never committed, in batches of cfg.BatchSize
 // keys, each its own short transaction, until none is left. It returns how many keys it
 // deleted, also when ctx ends or a batch fails midway. The cutoff is computed once, from

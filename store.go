@@ -50,12 +50,12 @@ type Store interface {
 	// nothing for a Record without an Attempt.
 	EndAttempt(ctx context.Context, rec Record) error
 
-	// Forget deletes one key (and its attempt count), so that the next delivery of that
+	// Forget deletes one key (and its attempts), so that the next delivery of that
 	// message is processed again. It reports whether the key existed.
 	Forget(ctx context.Context, consumer, key string) (bool, error)
 
 	// PurgeBatch deletes, in one short transaction of its own, at most limit keys
-	// processed before the cutoff and at most limit attempt counts started before it,
+	// processed before the cutoff and at most limit attempt rows started before it,
 	// and returns how many of each it deleted: a purge is done when both are below
 	// limit.
 	PurgeBatch(ctx context.Context, before time.Time, limit int) (Purged, error)
@@ -120,7 +120,7 @@ type Tx interface {
 // Purged is what one Store.PurgeBatch deleted.
 type Purged struct {
 	Keys     int64 // keys, with their stored output
-	Attempts int64 // attempt counts (Config.MaxAttempts)
+	Attempts int64 // attempt rows (Config.MaxAttempts)
 }
 
 // ConsumerStats describes one consumer's keys.

@@ -263,7 +263,7 @@ func forgetCmd(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	var db dbFlags
 	var consumer, key string
 	fs := newFlags("forget", "forget --dsn DSN --consumer NAME --key KEY [--table NAME]",
-		"Deletes one key (and its attempt count), so that the next delivery of its message is\n"+
+		"Deletes one key (and its attempts), so that the next delivery of its message is\n"+
 			"processed again: after fixing a handler, or to release a message poisoned by\n"+
 			"MaxAttempts. The consumer is the Watermill handler name unless Config.Consumer is set.", stdout)
 	db.register(fs)
