@@ -72,8 +72,8 @@ func (s *PostgresStore) startPgx(ctx context.Context, conn *pgx.Conn, rec Record
 	batch.Queue(s.sql.attempts.start, rec.Consumer, rec.Key, rec.Attempt)
 	batch.Queue(`COMMIT`)
 	if err := conn.SendBatch(ctx, batch).Close(); err != nil {
-		s.releasePgx(ctx, conn, rec, false)
-		return s.wrap("starting the attempt", err)
+		// Its outcome is not known: a clean end deletes the row if it was written.
+		return join(s.wrap("starting the attempt", err), s.releasePgx(ctx, conn, rec, true))
 	}
 	return nil
 }
@@ -96,10 +96,42 @@ func (s *PostgresStore) releasePgx(ctx context.Context, conn *pgx.Conn, rec Reco
 		batch.Queue(`COMMIT`)
 	}
 	batch.Queue(s.sql.attempts.unlock, rec.Attempt)
-	if err := conn.SendBatch(context.WithoutCancel(ctx), batch).Close(); err != nil {
-		return s.wrap("ending the attempt", err)
+	ctx = context.WithoutCancel(ctx)
+	if err := conn.SendBatch(ctx, batch).Close(); err != nil {
+		// A failed statement skips the rest of the pipeline, and leaves an explicit
+		// transaction aborted: the lock must still go, or it would stay with the
+		// connection (its row, if any, looking alive), and the connection must come back
+		// usable. In the simple protocol: pgx's statement cache may be out of step after
+		// a failed pipeline.
+		return join(s.wrap("ending the attempt", err), s.unlockSimple(ctx, conn, rec))
 	}
 	return nil
+}
+
+// unlockSimple rolls back what is open on conn and releases rec's lock, in one simple
+// query, with the token quoted in when it is plain (the middleware's are hex), and with a
+// parameter otherwise.
+func (s *PostgresStore) unlockSimple(ctx context.Context, conn *pgx.Conn, rec Record) error {
+	if !plainToken(rec.Attempt) {
+		if _, err := conn.PgConn().Exec(ctx, "ROLLBACK").ReadAll(); err != nil {
+			return err
+		}
+		_, err := conn.Exec(ctx, s.sql.attempts.unlock, rec.Attempt)
+		return err
+	}
+	_, err := conn.PgConn().Exec(ctx, "ROLLBACK; SELECT pg_advisory_unlock(hashtextextended('"+rec.Attempt+"', 0))").ReadAll()
+	return err
+}
+
+// plainToken reports whether tok is letters, digits, '-' and '_' only: safe to quote
+// into SQL whatever the session's settings.
+func plainToken(tok string) bool {
+	for _, r := range tok {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			return false
+		}
+	}
+	return tok != ""
 }
 
 // attemptsUnsupported explains why a store over db cannot count attempts.

@@ -372,3 +372,46 @@ func TestAttempts_NewRefusesWhatCannotCount(t *testing.T) {
 
 // wrappedPgxDB is a PgxDB the store does not know.
 type wrappedPgxDB struct{ inbox.PgxDB }
+
+// The attempt's session lock never stays with the connection, even when ending the
+// attempt fails (here a trigger refuses the delete): a lock left behind would make the
+// attempt's row look alive for as long as the connection lives, and grow the server's
+// lock table. Over a single *pgx.Conn, which no pool replaces, the connection must also
+// come back usable.
+func TestAttempts_LockNeverOutlivesTheClaim(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	table := tableName("inbox")
+	other := pgPool(t)
+	newPgxStore(t, other, inbox.PostgresConfig{Table: table})
+	conn := pgConn(t, postgresDSN())
+	store, err := inbox.NewPostgresStore(conn, inbox.PostgresConfig{Table: table})
+	require.NoError(t, err)
+	held := func() int {
+		var n int
+		require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()`).Scan(&n))
+		return n
+	}
+	for _, end := range []func(inbox.Tx) error{
+		func(tx inbox.Tx) error { return tx.Rollback(ctx) },
+		func(tx inbox.Tx) error { return tx.Abandon(ctx) },
+		func(tx inbox.Tx) error { return tx.Commit(ctx, nil) },
+	} {
+		claim, err := store.Claim(ctx, attemptOf("billing", "order-1"))
+		require.NoError(t, err)
+		require.NoError(t, end(claim.Tx))
+		require.Zero(t, held())
+	}
+
+	// Deleting the attempt's row fails now: a trigger raises.
+	claim, err := store.Claim(ctx, attemptOf("billing", "order-2"))
+	require.NoError(t, err)
+	fn := pgx.Identifier{table + "_fail"}.Sanitize()
+	_, err = other.Exec(ctx, `CREATE FUNCTION `+fn+`() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'refused'; END $$;
+		CREATE TRIGGER refuse BEFORE DELETE ON `+pgx.Identifier{table + "_attempts"}.Sanitize()+` FOR EACH ROW EXECUTE FUNCTION `+fn+`()`)
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = other.Exec(context.Background(), `DROP FUNCTION IF EXISTS `+fn+` CASCADE`) })
+	rbErr := claim.Tx.Rollback(ctx)
+	require.ErrorContains(t, rbErr, "refused", "ending the attempt failed")
+	require.Zero(t, held(), "the lock went all the same, and the connection is usable")
+}
