@@ -104,18 +104,14 @@ func (a mysqlAttempts) lock(ctx context.Context, q interface {
 	return nil
 }
 
-// countInTx: InnoDB's plain reads at READ COMMITTED and REPEATABLE READ lock nothing
-// and take their snapshot at the first of them, the count's, after the claim's wait
-// (the session's level is taken for one of those: a SERIALIZABLE session would lock
-// the key's attempt rows until the handler ends); TiDB's REPEATABLE READ snapshot is
-// the transaction's start.
+// countInTx: only at READ COMMITTED do the count's two reads each take a snapshot of
+// their own, the second after the first's lock checks. At REPEATABLE READ (the
+// session's level with SessionIsolation, or on Vitess) they share one, so an attempt
+// that ends between them still shows its row (on Vitess the lock checks are statements
+// of their own, round trips apart: the race is wide); a SERIALIZABLE read locks what it
+// reads until the handler ends. Those count on a second connection.
 func (a mysqlAttempts) countInTx() bool {
-	switch iso := a.s.cfg.Isolation; {
-	case a.s.cfg.Engine == MySQLTiDB:
-		return iso == sql.LevelReadCommitted
-	default:
-		return iso != sql.LevelSerializable
-	}
+	return a.s.cfg.Isolation == sql.LevelReadCommitted
 }
 
 func (a mysqlAttempts) unfinished(ctx context.Context, tx sqlQueryer, rec Record) (int, error) {

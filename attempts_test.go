@@ -234,7 +234,7 @@ func TestAttempts_ADeadSessionIsACrash(t *testing.T) {
 			cfg := inbox.MySQLConfig{Engine: inbox.MySQLVitess, Table: tableName("inbox")}
 			other := newMySQLStore(t, vitessDB(t), cfg)
 			cut := openSQL(t, "mysql", vitessCut.dsn(t, vitessDSNOf(t)), "Vitess", "INBOX_VITESS_DSN")
-			crashing, err := inbox.NewMySQLStore(sqlConn(t, cut), cfg)
+			crashing, err := inbox.NewMySQLStore(cut, cfg) // a pool: on Vitess the count takes a second connection
 			require.NoError(t, err)
 			return crashing, other
 		}},
@@ -352,6 +352,12 @@ func TestAttempts_NewRefusesWhatCannotCount(t *testing.T) {
 		}, "MaxAttempts over a *sql.Conn needs"},
 		{"MySQL sql.Conn at REPEATABLE READ", func() (inbox.Store, error) {
 			return inbox.NewMySQLStore(sqlConn(t, maria), inbox.MySQLConfig{Table: myTable, Isolation: sql.LevelRepeatableRead})
+		}, "MaxAttempts over a *sql.Conn needs"},
+		{"MySQL sql.Conn at READ COMMITTED", func() (inbox.Store, error) {
+			return inbox.NewMySQLStore(sqlConn(t, maria), inbox.MySQLConfig{Table: myTable})
+		}, ""},
+		{"MySQL pool at the session's level", func() (inbox.Store, error) {
+			return inbox.NewMySQLStore(maria, inbox.MySQLConfig{Table: myTable, SessionIsolation: true})
 		}, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
