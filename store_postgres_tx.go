@@ -79,14 +79,9 @@ func (t *pgxInboxTx) Commit(ctx context.Context, output []byte) error {
 	if !t.joined && t.release != nil && (output != nil || t.rec.Attempt != "") {
 		return t.commitBatch(ctx, output)
 	}
-	if output != nil {
+	if output != nil { // a joined transaction, or one the store does not hold a connection of
 		if _, err := t.tx.Exec(ctx, t.store.sql.setOutput, t.rec.Consumer, t.rec.Key, output); err != nil {
-			err = t.ended("storing the produced messages", err)
-			if t.release != nil { // end it here, so the connection goes back now
-				err = join(err, rollbackPgx(ctx, t.tx))
-				t.done()
-			}
-			return err
+			return t.ended("storing the produced messages", err)
 		}
 	}
 	if t.joined {
