@@ -54,7 +54,7 @@ func (ib *Inbox) process(ctx context.Context, rec Record, msg *message.Message, 
 			ib.observe(ctx, rec, msg, OutcomeFailed, wait, errHandlerPanicked)
 		}
 	}()
-	output, err := fn(ContextWithTx(ctx, tx.Handle()))
+	output, err := fn(contextWithClaim(ContextWithTx(ctx, tx.Handle()), rec))
 	ended = true
 	if err == nil && len(output) > ib.cfg.MaxOutputBytes {
 		err = ib.fail(ctx, rec, msg, OutcomeFailed, wait, fmt.Errorf("%w: the handler's output (produced messages, or a stored result) is %d bytes, more than Config.MaxOutputBytes (%d): produce fewer or smaller messages (or publish them through the outbox), or raise the limit",

@@ -1,13 +1,17 @@
 package inbox
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
 )
 
-type txContextKey struct{}
+type (
+	txContextKey    struct{}
+	claimContextKey struct{}
+)
 
 // ContextWithTx returns a copy of ctx that carries tx. The middleware uses it to hand its
 // transaction to the handler. Use it in tests to run a handler against a transaction of
@@ -71,4 +75,26 @@ func txTypeName(tx any) string {
 
 func txFromContext(ctx context.Context) any {
 	return ctx.Value(txContextKey{})
+}
+
+// ClaimFromContext returns the key the inbox claimed for the message or call being
+// handled, in the context the handler got (the message's, behind Middleware; the one fn
+// gets from Process, ProcessResult and ProcessJSON; the request's, behind inboxhttp):
+// Record.Consumer is the consumer the key belongs to (Config.Consumer, the Watermill
+// handler name, or the one passed to Process), and Record.Key is the key as stored, which
+// may differ from what the KeyFunc returned (see MaxKeyLen). Together they name the
+// message once and for all, on every delivery, whatever KeyFunc found the key: derive
+// ids of what the handler emits from them (outbox.MessageIDFromContext does).
+//
+// ok is false outside a handler run by the inbox, e.g. for a handler given a transaction
+// of its own with ContextWithTx.
+func ClaimFromContext(ctx context.Context) (rec Record, ok bool) {
+	rec, ok = ctx.Value(claimContextKey{}).(Record)
+	return rec, ok
+}
+
+// contextWithClaim returns ctx with the claimed record, for the handler.
+func contextWithClaim(ctx context.Context, rec Record) context.Context {
+	rec.Fingerprint = bytes.Clone(rec.Fingerprint)
+	return context.WithValue(ctx, claimContextKey{}, rec)
 }
