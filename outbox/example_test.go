@@ -31,8 +31,13 @@ func ExampleOutbox_Publish() {
 		if _, err := tx.Exec(msg.Context(), `UPDATE wallets SET cents = cents + 190 WHERE id = 'alice'`); err != nil {
 			return err
 		}
-		event := message.NewMessage(outbox.MessageID("billing", msg.UUID, "CashbackCredited"), []byte(`{"cents":190}`))
-		return ob.Publish(msg.Context(), "cashback", event)
+		// The same id on every run of the handler for this message, whatever KeyFunc found
+		// its key: MessageID of the claim the inbox put in the context.
+		id, err := outbox.MessageIDFromContext(msg.Context(), "CashbackCredited")
+		if err != nil {
+			return err
+		}
+		return ob.Publish(msg.Context(), "cashback", message.NewMessage(id, []byte(`{"cents":190}`)))
 	}
 	_ = billing // router.AddConsumerHandler("billing", "orders", kafkaSub, billing)
 }

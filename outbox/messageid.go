@@ -1,9 +1,13 @@
 package outbox
 
 import (
+	"context"
 	"encoding/binary"
+	"fmt"
 
 	"github.com/google/uuid"
+
+	"github.com/watermill-inbox/inbox"
 )
 
 // namespace is the UUIDv5 namespace of MessageID: the SHA-1 name-based UUID of this
@@ -17,9 +21,11 @@ var namespace = uuid.NewSHA1(uuid.NameSpaceURL, []byte("https://github.com/water
 // inbox downstream treats the two emissions as one message. Different strings give
 // different UUIDs (barring a SHA-1 collision).
 //
-// key is the consumed message's inbox key: msg.UUID with the default KeyFromUUID, or what
-// the configured inbox.KeyFunc returns. consumer is the inbox consumer: the handler's name
-// by default. Give each message a handler emits for one consumed message its own name.
+// consumer and key are the consumed message's claim, as inbox.ClaimFromContext gives it:
+// the inbox consumer (the handler's name by default) and the key as stored (what the
+// configured inbox.KeyFunc returned, or its SHA-256 form when it is too long). In a
+// handler, MessageIDFromContext reads them from the context for you. Give each message a
+// handler emits for one consumed message its own name.
 //
 // The result is a version 5 (SHA-1, name-based) UUID in its 36-character text form, which
 // fits watermill-sql's uuid column. The three strings are length-prefixed before hashing,
@@ -31,4 +37,21 @@ func MessageID(consumer, key, name string) string {
 		buf = append(buf, s...)
 	}
 	return uuid.NewSHA1(namespace, buf).String()
+}
+
+// MessageIDFromContext is MessageID for the message whose handler runs with ctx: the
+// consumer and key come from the claim the inbox put in the handler's context
+// (inbox.ClaimFromContext), so the id is the same on every run of the handler, whatever
+// KeyFunc found the key, without repeating them:
+//
+//	id, err := outbox.MessageIDFromContext(msg.Context(), "CashbackCredited")
+//
+// It fails with an error wrapping ErrNoTx when ctx is not a context the inbox gave a
+// handler (behind ib.Middleware, inside Process, ProcessResult or an inboxhttp handler).
+func MessageIDFromContext(ctx context.Context, name string) (string, error) {
+	rec, ok := inbox.ClaimFromContext(ctx)
+	if !ok {
+		return "", fmt.Errorf("outbox: deriving the id of %q: the context carries no inbox claim (%w): call MessageIDFromContext with the context the handler got behind the inbox middleware (or inside Inbox.Process)", name, ErrNoTx)
+	}
+	return MessageID(rec.Consumer, rec.Key, name), nil
 }

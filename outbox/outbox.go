@@ -11,8 +11,11 @@
 //	ob, _ := outbox.New(outbox.Config{ForwarderTopic: "outbox"})
 //	func handle(msg *message.Message) error {
 //		// ... write through inbox.TxFromContext[pgx.Tx](msg.Context())
-//		event := message.NewMessage(outbox.MessageID("billing", msg.UUID, "CashbackCredited"), payload)
-//		return ob.Publish(msg.Context(), "cashback", event)
+//		id, err := outbox.MessageIDFromContext(msg.Context(), "CashbackCredited")
+//		if err != nil {
+//			return err
+//		}
+//		return ob.Publish(msg.Context(), "cashback", message.NewMessage(id, payload))
 //	}
 //
 // A Forwarder reading the outbox table (watermill-sql subscriber) and publishing to the
@@ -25,7 +28,6 @@ package outbox
 import (
 	"context"
 	stdsql "database/sql"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -42,10 +44,12 @@ import (
 // watermill-sql's default PostgreSQL schema its table is "watermill_outbox".
 const DefaultForwarderTopic = "outbox"
 
-// ErrNoTx is returned when the context carries no inbox transaction that an outbox
-// publisher can write through. Permanent (inbox.MarkPermanent): the handler is not
-// behind the inbox.
-var ErrNoTx = inbox.MarkPermanent(errors.New("outbox: no inbox transaction in the context"))
+// ErrNoTx is inbox.ErrNoTx, returned (wrapped) when the context carries no inbox
+// transaction that an outbox publisher can write through, or no claim to derive an id
+// from: the context is not the one the inbox gave a handler. errors.Is matches it as
+// outbox.ErrNoTx and as inbox.ErrNoTx. It is permanent (inbox.Permanent): the handler
+// is not behind the inbox, or did not pass the context the inbox gave it.
+var ErrNoTx = inbox.ErrNoTx
 
 // Config configures an Outbox.
 type Config struct {
@@ -107,7 +111,7 @@ func (o *Outbox) Publisher(ctx context.Context) (message.Publisher, error) {
 	} else if tx, ok := inbox.TxFromContext[*stdsql.Tx](ctx); ok {
 		db = sql.TxFromStdSQL(tx)
 	} else {
-		return nil, fmt.Errorf("%w: publish from a handler behind the inbox middleware (or inside Inbox.Process), with the message's context; the transaction must be a pgx.Tx or a *sql.Tx", ErrNoTx)
+		return nil, fmt.Errorf("outbox: %w: publish from a handler behind the inbox middleware (or inside Inbox.Process), with the message's context; the transaction must be a pgx.Tx or a *sql.Tx", ErrNoTx)
 	}
 	pub, err := sql.NewPublisher(db, sql.PublisherConfig{SchemaAdapter: o.cfg.SchemaAdapter}, o.cfg.Logger)
 	if err != nil {
