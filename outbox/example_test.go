@@ -1,10 +1,13 @@
 package outbox_test
 
 import (
+	"context"
 	"fmt"
 
+	"github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/watermill-inbox/inbox"
 	"github.com/watermill-inbox/inbox/outbox"
@@ -40,4 +43,22 @@ func ExampleOutbox_Publish() {
 		return ob.Publish(msg.Context(), "cashback", message.NewMessage(id, []byte(`{"cents":190}`)))
 	}
 	_ = billing // router.AddConsumerHandler("billing", "orders", kafkaSub, billing)
+}
+
+func ExampleOutbox_InitializeSchema() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, "postgres://postgres@127.0.0.1:5432/test")
+	if err != nil {
+		panic(err)
+	}
+	ob, err := outbox.New(outbox.Config{ForwarderTopic: "outbox"})
+	if err != nil {
+		panic(err)
+	}
+	// At startup, before any handler publishes: the table watermill_outbox.
+	// On MySQL: outbox.Config{SchemaAdapter: sql.DefaultMySQLSchema{}} and
+	// ob.InitializeSchema(ctx, sql.BeginnerFromStdSQL(db)).
+	if err := ob.InitializeSchema(ctx, sql.BeginnerFromPgx(pool)); err != nil {
+		panic(err)
+	}
 }

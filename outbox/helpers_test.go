@@ -86,12 +86,12 @@ func newOutbox(t testing.TB, pool *pgxpool.Pool) *outbox.Outbox {
 	return ob
 }
 
-// createOutboxSchema creates the outbox tables up front: a publisher bound to a
-// transaction cannot (watermill-sql rejects AutoInitializeSchema on a transaction).
+// createOutboxSchema creates the outbox table up front, as a service does at startup: a
+// publisher bound to a transaction cannot (watermill-sql rejects AutoInitializeSchema on
+// a transaction). The Forwarder's subscriber creates its offsets table itself.
 func createOutboxSchema(t testing.TB, pool *pgxpool.Pool, ob *outbox.Outbox) {
 	t.Helper()
-	sub := outboxSubscriber(t, pool, ob, "schema")
-	require.NoError(t, sub.SubscribeInitialize(ob.Config().ForwarderTopic))
+	require.NoError(t, ob.InitializeSchema(context.Background(), sql.BeginnerFromPgx(pool)))
 	topic := ob.Config().ForwarderTopic
 	dropLater(t, pool, "watermill_"+topic, "watermill_offsets_"+topic)
 }
@@ -100,12 +100,13 @@ func createOutboxSchema(t testing.TB, pool *pgxpool.Pool, ob *outbox.Outbox) {
 func outboxSubscriber(t testing.TB, pool *pgxpool.Pool, ob *outbox.Outbox, group string) *sql.Subscriber {
 	t.Helper()
 	sub, err := sql.NewSubscriber(sql.BeginnerFromPgx(pool), sql.SubscriberConfig{
-		ConsumerGroup:  group,
-		SchemaAdapter:  ob.Config().SchemaAdapter,
-		OffsetsAdapter: sql.DefaultPostgreSQLOffsetsAdapter{},
-		PollInterval:   50 * time.Millisecond,
-		ResendInterval: 50 * time.Millisecond,
-		RetryInterval:  50 * time.Millisecond,
+		ConsumerGroup:    group,
+		SchemaAdapter:    ob.Config().SchemaAdapter,
+		OffsetsAdapter:   sql.DefaultPostgreSQLOffsetsAdapter{},
+		InitializeSchema: true, // its offsets table; the outbox table exists already
+		PollInterval:     50 * time.Millisecond,
+		ResendInterval:   50 * time.Millisecond,
+		RetryInterval:    50 * time.Millisecond,
 	}, watermill.NopLogger{})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Close() })

@@ -28,6 +28,7 @@ package outbox
 import (
 	"context"
 	stdsql "database/sql"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -59,9 +60,10 @@ type Config struct {
 	ForwarderTopic string
 
 	// SchemaAdapter is the watermill-sql schema of the outbox table. It must match the
-	// Forwarder's subscriber. Create the table before the first publish (see
-	// InitializeSchema): a publisher bound to a transaction cannot create it. Defaults to
-	// sql.DefaultPostgreSQLSchema{}; use sql.DefaultMySQLSchema{} on MySQL.
+	// Forwarder's subscriber. Create the table before the first publish, with
+	// Outbox.InitializeSchema at startup or from your migrations: a publisher bound to a
+	// transaction cannot create it. Defaults to sql.DefaultPostgreSQLSchema{}; use
+	// sql.DefaultMySQLSchema{} on MySQL and MariaDB.
 	SchemaAdapter sql.SchemaAdapter
 
 	// Logger is the watermill-sql publisher's logger. Defaults to watermill.NopLogger.
@@ -93,6 +95,54 @@ func New(cfg Config) (*Outbox, error) {
 // Config returns the configuration with its defaults applied, for building the
 // Forwarder and its subscriber with the same topic and schema.
 func (o *Outbox) Config() Config { return o.cfg }
+
+// InitializeSchema creates the outbox table of Config.ForwarderTopic if it does not exist,
+// with Config.SchemaAdapter's DDL, as the Forwarder's watermill-sql subscriber would with
+// SubscribeInitialize; no subscriber is needed. Call it at startup, before the first
+// handler publishes: a publisher bound to the inbox transaction cannot create the table.
+// db is the database the inbox runs on, wrapped for watermill-sql:
+//
+//	err := ob.InitializeSchema(ctx, sql.BeginnerFromPgx(pool)) // *pgxpool.Pool, *pgx.Conn
+//	err := ob.InitializeSchema(ctx, sql.BeginnerFromStdSQL(db)) // *sql.DB
+//
+// The statements run in one transaction of their own when the schema adapter asks for
+// one (PostgreSQL's, under an advisory lock, so that processes starting together do not
+// race). The Forwarder's subscriber still creates its offsets table itself
+// (sql.SubscriberConfig.InitializeSchema). Running it again changes nothing.
+func (o *Outbox) InitializeSchema(ctx context.Context, db sql.Beginner) error {
+	if db == nil {
+		return errors.New("outbox: InitializeSchema: db is nil: pass sql.BeginnerFromPgx(pool) or sql.BeginnerFromStdSQL(db)")
+	}
+	queries, err := o.cfg.SchemaAdapter.SchemaInitializingQueries(sql.SchemaInitializingQueriesParams{Topic: o.cfg.ForwarderTopic})
+	if err != nil {
+		return fmt.Errorf("outbox: the schema adapter gave no DDL for topic %q: %w", o.cfg.ForwarderTopic, err)
+	}
+	run := func(ctx context.Context, exec sql.ContextExecutor) error {
+		for _, q := range queries {
+			if _, err := exec.ExecContext(ctx, q.Query, q.Args...); err != nil {
+				return fmt.Errorf("outbox: creating the outbox table of topic %q: %w", o.cfg.ForwarderTopic, err)
+			}
+		}
+		return nil
+	}
+	if rt, ok := o.cfg.SchemaAdapter.(sql.RequiresTransaction); !ok || !rt.RequiresTransaction() {
+		return run(ctx, db)
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("outbox: creating the outbox table of topic %q: beginning a transaction: %w", o.cfg.ForwarderTopic, err)
+	}
+	if err := run(ctx, tx); err != nil {
+		if rollbackErr := tx.Rollback(); rollbackErr != nil {
+			err = fmt.Errorf("%w (the rollback failed too: %v)", err, rollbackErr)
+		}
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("outbox: creating the outbox table of topic %q: committing: %w", o.cfg.ForwarderTopic, err)
+	}
+	return nil
+}
 
 // Publisher returns a publisher that writes messages to the outbox table through the inbox
 // transaction that ctx carries: a pgx.Tx (PostgresStore) or a *sql.Tx (the database/sql

@@ -91,6 +91,11 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// The outbox table, before any handler publishes: a publisher bound to the inbox
+	// transaction cannot create it.
+	if err := ob.InitializeSchema(ctx, sql.BeginnerFromPgx(pool)); err != nil {
+		return err
+	}
 
 	logger := watermill.NopLogger{}
 	events := make(chan string, 16) // what each component did, in order
@@ -116,9 +121,13 @@ func run(ctx context.Context) error {
 			return err
 		}
 		payload, _ := json.Marshal(cashbackCredited{OrderID: paid.OrderID, Cents: paid.CashbackCents})
-		// The id derives from the consumed message's key: a rerun after a rollback emits the same.
-		event := message.NewMessage(outbox.MessageID("billing", msg.UUID, "CashbackCredited"), payload)
-		return ob.Publish(msg.Context(), cashbackQueue, event)
+		// The id derives from the consumed message's claim (consumer and key): a rerun after
+		// a rollback emits the same.
+		id, err := outbox.MessageIDFromContext(msg.Context(), "CashbackCredited")
+		if err != nil {
+			return err
+		}
+		return ob.Publish(msg.Context(), cashbackQueue, message.NewMessage(id, payload))
 	}
 
 	// Notifications: RabbitMQ → inbox → a receipt.
@@ -154,17 +163,14 @@ func run(ctx context.Context) error {
 	go func() { _ = router.Run(runCtx) }()
 	<-router.Running()
 
-	// The Forwarder: the outbox table → RabbitMQ. Its tables are created up front: a
-	// publisher bound to a transaction cannot create them.
+	// The Forwarder: the outbox table → RabbitMQ. Its subscriber creates its offsets table.
 	startForwarder := func(group string) (*forwarder.Forwarder, error) {
 		sqlSub, err := sql.NewSubscriber(sql.BeginnerFromPgx(pool), sql.SubscriberConfig{
 			ConsumerGroup: group, SchemaAdapter: ob.Config().SchemaAdapter,
-			OffsetsAdapter: sql.DefaultPostgreSQLOffsetsAdapter{}, PollInterval: 100 * time.Millisecond,
+			OffsetsAdapter: sql.DefaultPostgreSQLOffsetsAdapter{}, InitializeSchema: true,
+			PollInterval: 100 * time.Millisecond,
 		}, logger)
 		if err != nil {
-			return nil, err
-		}
-		if err := sqlSub.SubscribeInitialize(forwarderTopic); err != nil {
 			return nil, err
 		}
 		fwd, err := forwarder.NewForwarder(sqlSub, reportingPublisher{amqpPub, events}, logger,
@@ -251,7 +257,7 @@ func report(events chan<- string) message.HandlerMiddleware {
 				events <- fmt.Sprintf("%s: %s is a duplicate, skipped", handler, msg.UUID)
 			case handler == "billing":
 				events <- fmt.Sprintf("billing: credited alice 1.90 and wrote CashbackCredited %s to the outbox, in one transaction",
-					outbox.MessageID("billing", msg.UUID, "CashbackCredited"))
+					outbox.MessageID("billing", msg.UUID, "CashbackCredited")) // its key is its UUID (KeyFromUUID)
 			default:
 				events <- fmt.Sprintf("notifications: receipt recorded for CashbackCredited %s", msg.UUID)
 			}
