@@ -219,6 +219,22 @@ func TestErrorsSayInboxOnce(t *testing.T) {
 		// A handler that ends the transaction.
 		_, err = ib.Process(ctx, "billing", "order-6", func(ctx context.Context) error { return endTx(t, ctx) })
 		collect(err)
+		// A duplicate with another fingerprint, refused; no key from any of two key
+		// functions, for a message without a UUID (issue 23).
+		strict := newTestInbox(t, s, inbox.Config{OnMismatch: inbox.Fail, Key: inbox.FirstOf(inbox.KeyFromUUID, inbox.KeyFromMetadata("event_id"))})
+		nop := func(*message.Message) ([]*message.Message, error) { return nil, nil }
+		_, err = strict.Middleware(nop)(message.NewMessage("order-9", []byte("a")))
+		require.NoError(t, err)
+		_, err = strict.Middleware(nop)(message.NewMessage("order-9", []byte("b")))
+		collect(err)
+		require.ErrorIs(t, err, inbox.ErrFingerprintMismatch)
+		_, err = strict.ProcessResult(ctx, "billing", "order-9", []byte("c"), func(context.Context) ([]byte, error) { return nil, nil })
+		collect(err)
+		require.ErrorIs(t, err, inbox.ErrDuplicate)
+		_, err = strict.Middleware(nop)(message.NewMessage("", nil))
+		collect(err)
+		require.ErrorIs(t, err, inbox.ErrNoKey)
+		require.Contains(t, err.Error(), "message without a UUID")
 	}
 	// Contended past the lock timeout, on PostgreSQL.
 	ib := newTestInbox(t, store, inbox.Config{})
@@ -248,8 +264,13 @@ func TestErrorsSayInboxOnce(t *testing.T) {
 	require.ErrorIs(t, err, inbox.ErrAttemptsNeedConn)
 	require.NoError(t, tx.Rollback(ctx))
 
+	_, err = inbox.New(inbox.Config{MaxAttempts: -1}) // two fields at once
+	collect(err)
 	for _, err := range errs {
 		require.Equal(t, 1, strings.Count(err.Error(), "inbox:"), "%q", err.Error())
 		require.True(t, strings.HasPrefix(err.Error(), "inbox: "), "%q", err.Error())
+		require.NotContains(t, err.Error(), "\n", "one line")
+		require.NotContains(t, err.Error(), "message :", "a message without a UUID is named as such")
+		require.LessOrEqual(t, strings.Count(err.Error(), inbox.ErrNoKey.Error()), 1, "%q", err.Error())
 	}
 }

@@ -118,8 +118,8 @@ func FirstOf(funcs ...KeyFunc) KeyFunc {
 			if err == nil && key != "" {
 				return key, nil
 			}
-			if err != nil {
-				reasons = append(reasons, err.Error())
+			if err != nil { // each says it found no key: the error says that once, first
+				reasons = append(reasons, strings.TrimPrefix(err.Error(), ErrNoKey.Error()+": "))
 			}
 		}
 		return "", fmt.Errorf("%w: none of %d key functions found one (%s)", ErrNoKey, len(funcs), strings.Join(reasons, "; "))

@@ -187,7 +187,7 @@ func (c *Config) validate() error {
 	if c.MaxOutputBytes < 0 {
 		errs = append(errs, fmt.Errorf("MaxOutputBytes is %d: use a positive number of bytes, or 0 for the default %d", c.MaxOutputBytes, DefaultMaxOutputBytes))
 	}
-	return errors.Join(errs...)
+	return join(errs...)
 }
 
 // ValidateConsumer reports whether consumer can name a consumer: 1 to 255 bytes of
@@ -258,7 +258,7 @@ func (ib *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
 
 		rec, outcome, err := ib.record(msg)
 		if err != nil {
-			err = wrap("message "+msg.UUID, err)
+			err = wrap(messageName(msg), err)
 			ib.observe(msg.Context(), rec, msg, outcome, 0, err)
 			return nil, err
 		}
@@ -332,6 +332,15 @@ func (ib *Inbox) record(msg *message.Message) (Record, Outcome, error) {
 	return rec, "", nil
 }
 
+// messageName names msg in errors: by its UUID, or as one without a UUID (a message from
+// a producer that is not Watermill's), never as "message :".
+func messageName(msg *message.Message) string {
+	if msg.UUID == "" {
+		return "message without a UUID"
+	}
+	return "message " + msg.UUID
+}
+
 // duplicate marks msg as a duplicate and acts per the configured mode.
 func (ib *Inbox) duplicate(msg *message.Message, rec Record, claim Claim, wait time.Duration) ([]*message.Message, error) {
 	if msg.Metadata == nil {
@@ -345,7 +354,7 @@ func (ib *Inbox) duplicate(msg *message.Message, rec Record, claim Claim, wait t
 	if rec.Fingerprint != nil && claim.Fingerprint != nil && !bytes.Equal(rec.Fingerprint, claim.Fingerprint) {
 		msg.Metadata.Set(MetadataMismatch, "true")
 		mode, outcome = ib.cfg.OnMismatch, OutcomeMismatch
-		cause = errors.Join(ErrDuplicate, ErrFingerprintMismatch)
+		cause = join(ErrDuplicate, ErrFingerprintMismatch)
 		ib.cfg.Logger.Error("inbox: duplicate key with a different fingerprint", ErrFingerprintMismatch, fields)
 	}
 
@@ -353,7 +362,7 @@ func (ib *Inbox) duplicate(msg *message.Message, rec Record, claim Claim, wait t
 	case Fail:
 		ib.observe(msg.Context(), rec, msg, outcome, wait, nil)
 		ib.cfg.Logger.Debug("inbox: duplicate refused", fields)
-		return nil, fmt.Errorf("inbox: message %s: consumer %q key %q: %w", msg.UUID, rec.Consumer, rec.Key, cause)
+		return nil, fmt.Errorf("inbox: %s: consumer %q key %q: %w", messageName(msg), rec.Consumer, rec.Key, cause)
 	case Skip:
 		ib.observe(msg.Context(), rec, msg, outcome, wait, nil)
 		ib.cfg.Logger.Debug("inbox: duplicate skipped", fields)
@@ -361,7 +370,7 @@ func (ib *Inbox) duplicate(msg *message.Message, rec Record, claim Claim, wait t
 	}
 	replay, err := decodeOutput(claim.Output)
 	if err != nil {
-		err = wrap("message "+msg.UUID, err)
+		err = wrap(messageName(msg), err)
 		ib.observe(msg.Context(), rec, msg, OutcomeFailed, wait, err)
 		return nil, err
 	}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -83,7 +82,7 @@ func (ib *Inbox) ProcessResult(ctx context.Context, consumer, key string, finger
 	ib.observe(ctx, rec, nil, OutcomeMismatch, wait, nil)
 	switch ib.cfg.OnMismatch {
 	case Fail:
-		return Result{}, fmt.Errorf("inbox: consumer %q key %q: %w", consumer, rec.Key, errors.Join(ErrDuplicate, ErrFingerprintMismatch))
+		return Result{}, fmt.Errorf("inbox: consumer %q key %q: %w", consumer, rec.Key, join(ErrDuplicate, ErrFingerprintMismatch))
 	case Skip:
 		res.Output = nil
 	}
