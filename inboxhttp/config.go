@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/watermill-inbox/inbox"
+	"github.com/watermill-inbox/inbox/internal/oneline"
 )
 
 // InFlightMode says what a request gets while another request with its key is still
@@ -83,10 +84,18 @@ type Config struct {
 	// 255 bytes of UTF-8 without NUL bytes (inbox.ValidateConsumer).
 	Consumer string
 
-	// Key derives a request's key. Keys are per Consumer, not per client: when several
-	// clients share a route, make the key include the client's identity. Defaults to
-	// IdempotencyKey.
+	// Key derives a request's key. Keys are per Consumer and, with Scope, per client.
+	// Defaults to IdempotencyKey.
 	Key KeyFunc
+
+	// Scope names the client a request comes from, e.g. the authenticated user or
+	// account that an authentication middleware outside this one put in the request's
+	// context, so that two clients sending the same key are two keys (as Stripe scopes
+	// keys by account). The key is stored as ScopedKey(scope, key). A request whose
+	// scope cannot be found (an error, or an empty scope) gets 500 and runs nothing:
+	// without a scope, one client could get another's stored response. Defaults to nil:
+	// keys are per Consumer only, and clients sharing a route share its keys.
+	Scope func(r *http.Request) (string, error)
 
 	// Optional lets a request without a key through to the handler, without
 	// deduplication (no transaction, nothing stored). A malformed key is refused either
@@ -200,5 +209,5 @@ func (c *Config) validate() error {
 	if len(c.Methods) == 0 {
 		errs = append(errs, errors.New("Methods is empty: leave it nil for POST and PATCH, or list the methods to deduplicate"))
 	}
-	return errors.Join(errs...)
+	return oneline.Join(errs...)
 }

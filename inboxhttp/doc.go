@@ -21,7 +21,10 @@
 //
 // Keys come from the Idempotency-Key header by default (draft-ietf-httpapi-idempotency-
 // key-header-07), or from a KeyFunc: WebhookID (Standard Webhooks), GitHubDelivery,
-// JSONField("id") for Stripe events, or any Header.
+// JSONField("id") for Stripe events, or any Header. They are per Config.Consumer (one
+// per route) and, with Config.Scope, per client (e.g. the authenticated user), so that
+// two clients sending the same key are two keys. The handler finds the claimed key, as
+// stored, with inbox.ClaimFromContext(r.Context()).
 //
 // The package imports net/http, the standard library and the inbox; it works with the
 // standard mux and with chi-style routers, since Middleware is a

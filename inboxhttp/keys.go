@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/watermill-inbox/inbox"
@@ -15,6 +16,9 @@ import (
 // middleware has read it, and r.Body reads it again). A request without a key returns an
 // error wrapping inbox.ErrNoKey, or an empty key: 400, or a pass-through when
 // Config.Optional is set. Any other error is a malformed key: 400 whatever Optional says.
+// The error's text is the client's to read, in the 400's detail (without an
+// "inboxhttp: " prefix and inbox.ErrNoKey's text): say what the client must send, and
+// nothing else.
 type KeyFunc func(r *http.Request, body []byte) (string, error)
 
 // IdempotencyKey takes the key from the Idempotency-Key header. The draft
@@ -110,6 +114,22 @@ func JSONField(name string) KeyFunc {
 		}
 		return "", fmt.Errorf("inboxhttp: the JSON body's key field %q is neither a string nor a number", name)
 	}
+}
+
+// ScopedKey returns the key stored for key sent by the client scope (Config.Scope): the
+// scope's length, the scope and the key, separated by colons ("5:alice:8e03978e-..."), so
+// that no two (scope, key) pairs give the same stored key. Use it to find a scoped key in
+// the table, e.g. to Forget it.
+func ScopedKey(scope, key string) string {
+	return strconv.Itoa(len(scope)) + ":" + scope + ":" + key
+}
+
+// clientText is err's text as the client may read it in a 400's detail: what the KeyFunc
+// found missing or malformed, without the library's prefixes ("inboxhttp: ", and the
+// text of inbox.ErrNoKey, which the problem's sentence already says).
+func clientText(err error) string {
+	text := strings.TrimPrefix(err.Error(), "inboxhttp: ")
+	return strings.TrimPrefix(text, inbox.ErrNoKey.Error()+": ")
 }
 
 func singleHeader(r *http.Request, name string) (string, error) {

@@ -88,11 +88,23 @@ func (m *Idempotency) Middleware(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		case errors.Is(err, inbox.ErrNoKey):
-			problem(w, http.StatusBadRequest, "about:blank", "This request needs an idempotency key: "+err.Error()+".")
+			problem(w, http.StatusBadRequest, "about:blank", "This request needs an idempotency key: "+clientText(err)+".")
 			return
 		case err != nil:
-			problem(w, http.StatusBadRequest, "about:blank", "The idempotency key is malformed: "+err.Error()+".")
+			problem(w, http.StatusBadRequest, "about:blank", "The idempotency key is malformed: "+clientText(err)+".")
 			return
+		}
+		if m.cfg.Scope != nil {
+			scope, err := m.cfg.Scope(r)
+			if err == nil && scope == "" {
+				err = errors.New("the Scope function returned an empty scope")
+			}
+			if err != nil { // the server's to fix: authentication must run before this middleware
+				m.cfg.Logger.Error("inboxhttp: no client scope for the idempotency key, nothing run", "consumer", m.cfg.Consumer, "path", r.URL.Path, "error", err)
+				problem(w, http.StatusInternalServerError, ProblemPermanent, "The request's client could not be identified, so its idempotency key cannot be kept apart from other clients'; nothing was run.")
+				return
+			}
+			key = ScopedKey(scope, key)
 		}
 
 		if m.cfg.InFlight == Conflict {
