@@ -26,7 +26,6 @@ package inboxgorm
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -35,10 +34,11 @@ import (
 	"github.com/watermill-inbox/inbox"
 )
 
-// ErrNoTx is returned by DB when the context carries no inbox *sql.Tx. Permanent
-// (inbox.MarkPermanent): the handler is not behind the inbox, or its store is not a
+// ErrNoTx is inbox.ErrNoTx, returned (wrapped) by DB when the context carries no inbox
+// *sql.Tx: errors.Is matches it as inboxgorm.ErrNoTx and as inbox.ErrNoTx. It is
+// permanent (inbox.Permanent): the handler is not behind the inbox, or its store is not a
 // database/sql one.
-var ErrNoTx = inbox.MarkPermanent(errors.New("inboxgorm: no inbox *sql.Tx in the context"))
+var ErrNoTx = inbox.ErrNoTx
 
 // DB returns a GORM handle on gdb's configuration whose every statement runs in the
 // inbox transaction that ctx carries (the message context behind ib.Middleware, or the
@@ -52,9 +52,9 @@ func DB(ctx context.Context, gdb *gorm.DB) (*gorm.DB, error) {
 	tx, ok := inbox.TxFromContext[*sql.Tx](ctx)
 	if !ok {
 		if _, isPgx := inbox.TxFromContext[pgx.Tx](ctx); isPgx {
-			return nil, fmt.Errorf("%w: it holds a pgx.Tx (inbox.NewPostgresStore), which GORM cannot use: build the inbox with inbox.NewSQLPostgresStore on pgx's stdlib driver", ErrNoTx)
+			return nil, fmt.Errorf("inboxgorm: %w: it holds a pgx.Tx (inbox.NewPostgresStore), which GORM cannot use: build the inbox with inbox.NewSQLPostgresStore on pgx's stdlib driver", ErrNoTx)
 		}
-		return nil, fmt.Errorf("%w: call DB with the message context inside a handler behind ib.Middleware, or inside Inbox.Process", ErrNoTx)
+		return nil, fmt.Errorf("inboxgorm: %w: the context holds no inbox *sql.Tx: call DB with the message context inside a handler behind ib.Middleware, or inside Inbox.Process", ErrNoTx)
 	}
 	bound := gdb.Session(&gorm.Session{Context: ctx, SkipDefaultTransaction: true, NewDB: true})
 	bound.Statement.ConnPool = tx // as gorm's own Begin does with the *sql.Tx it begins

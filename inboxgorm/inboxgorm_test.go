@@ -4,9 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 	"gorm.io/driver/mysql"
 	"gorm.io/driver/postgres"
@@ -153,8 +155,12 @@ func TestGORM(t *testing.T) {
 			t.Run("no inbox transaction", func(t *testing.T) {
 				t.Parallel()
 				w := newWorld(t, d)
-				_, err := inboxgorm.DB(context.Background(), w.gdb)
-				require.ErrorIs(t, err, inboxgorm.ErrNoTx)
+				for _, ctx := range []context.Context{context.Background(), inbox.ContextWithTx(context.Background(), pgx.Tx(nil))} {
+					_, err := inboxgorm.DB(ctx, w.gdb)
+					require.ErrorIs(t, err, inboxgorm.ErrNoTx)
+					require.ErrorIs(t, err, inbox.ErrNoTx, "the inbox's own sentinel matches too")
+					require.Equal(t, 1, strings.Count(err.Error(), "inboxgorm:"), "%q", err)
+				}
 			})
 		})
 	}
