@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -72,9 +73,16 @@ type Config struct {
 	Store Store
 
 	// Consumer names the consumer that keys belong to: the same message is processed once
-	// per consumer. Defaults to the Watermill handler name (message.HandlerNameFromCtx),
-	// which every message routed by a Router carries; set it when the middleware runs
-	// outside a Router. At most 255 bytes of UTF-8.
+	// per consumer. It is part of every stored key, so it is the scope of deduplication:
+	// renaming it makes every message the old name processed new again, and two
+	// services that share a table under one name share their keys (one skips what the
+	// other processed). Set it explicitly in production, to a name that outlives
+	// refactorings and is unique per service and table; the middleware logs, once, a
+	// consumer name that has no keys on a table that holds other consumers' keys (see
+	// ConsumerNeighbours). Defaults to the Watermill handler name
+	// (message.HandlerNameFromCtx), which every message routed by a Router carries, so
+	// renaming the handler renames the consumer; set it when the middleware runs outside
+	// a Router. At most 255 bytes of UTF-8.
 	Consumer string
 
 	// Key derives a message's key. Defaults to KeyFromUUID.
@@ -208,7 +216,8 @@ func ValidateConsumer(consumer string) error {
 
 // Inbox makes a consumer's effects happen once per message: see the package doc.
 type Inbox struct {
-	cfg Config
+	cfg       Config
+	consumers sync.Map // consumer names checkConsumer has seen
 }
 
 // verifyTimeout bounds New's check that the store's tables exist.
@@ -262,6 +271,7 @@ func (ib *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
 			ib.observe(msg.Context(), rec, msg, outcome, 0, err)
 			return nil, err
 		}
+		ib.checkConsumer(msg, rec.Consumer)
 
 		ctx := msg.Context()
 		var produced []*message.Message

@@ -1,0 +1,56 @@
+package inbox
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// ConsumerNeighbours is an optional Store ability, found with a type assertion: telling,
+// cheaply (a few index lookups, never a scan), whether a consumer name is new on a table
+// that holds other consumers' keys. The middleware uses it to warn once when a consumer
+// name appears that has no keys while others have: a renamed handler (the consumer
+// defaults to the Watermill handler name) processes again every message its old name
+// processed. PostgresStore, SQLPostgresStore and MySQLStore implement it.
+type ConsumerNeighbours interface {
+	// NeighbourConsumers returns nil when consumer has keys in the store, or when no
+	// other consumer has; otherwise up to two other consumers that have keys: the
+	// names next to consumer in byte order, which is where a renamed one sorts when the
+	// rename kept its beginning ("billing" for "billing-v2").
+	NeighbourConsumers(ctx context.Context, consumer string) ([]string, error)
+}
+
+// consumerCheckTimeout bounds the consumer name check of a message.
+const consumerCheckTimeout = 5 * time.Second
+
+// checkConsumer warns, once per consumer name and Inbox, when the middleware sees a
+// consumer with no keys on a table where other consumers have keys (see
+// ConsumerNeighbours). It runs before the name's first claim in this process, when the
+// store can tell cheaply; a message in a joined transaction leaves the check to a later
+// one (the store's handle may be that transaction's very connection). A failed check is
+// logged at debug level and changes nothing: the message goes on.
+func (ib *Inbox) checkConsumer(msg *message.Message, consumer string) {
+	neighbours, ok := ib.cfg.Store.(ConsumerNeighbours)
+	if !ok || txFromContext(msg.Context()) != nil {
+		return
+	}
+	if _, checked := ib.consumers.LoadOrStore(consumer, struct{}{}); checked {
+		return
+	}
+	ctx, cancel := context.WithTimeout(msg.Context(), consumerCheckTimeout)
+	defer cancel()
+	others, err := neighbours.NeighbourConsumers(ctx, consumer)
+	fields := watermill.LogFields{"consumer": consumer}
+	switch {
+	case err != nil:
+		ib.cfg.Logger.Debug("inbox: could not check whether the consumer name is new to the table", fields.Add(watermill.LogFields{"error": err}))
+	case len(others) > 0:
+		ib.cfg.Logger.Info(fmt.Sprintf("inbox: consumer %q has no keys in the inbox table, which holds keys of other consumers (%q among them): "+
+			"if this handler was renamed (the consumer defaults to the Watermill handler name), the messages its old name processed will be processed again when they come back; "+
+			"set inbox.Config.Consumer to the old name to keep them. A consumer that is new can ignore this", consumer, others),
+			fields.Add(watermill.LogFields{"other_consumers": others}))
+	}
+}
