@@ -12,15 +12,20 @@
 //
 // Under the instrumentation scope ScopeName:
 //
-//   - inbox.messages (counter, {message}): messages handled, per inbox.consumer and
+//   - inbox.messages (counter, {message}): deliveries handled, per inbox.consumer and
 //     inbox.outcome (processed, duplicate, replayed, mismatch, failed, no_key, contended,
-//     too_many_attempts).
+//     too_many_attempts): a message delivered, retried or redelivered counts once per
+//     pass, so this counts deliveries, not distinct messages.
 //   - inbox.claim.duration (histogram, s): how long claiming the key took, waits on a
 //     concurrent duplicate's transaction included, per inbox.consumer and inbox.outcome;
 //     every outcome that tried a claim adds a sample (ClaimDurationBuckets).
 //
 // The message's context is passed to the instruments, so an SDK that keeps exemplars
 // (the default: trace-based) links a sample to the message's trace.
+//
+// TableGauges (NewTableGauges) reports what the table holds: inbox.table.keys and
+// inbox.table.oldest_key.age per inbox.consumer, from a sample of the store's Stats
+// taken at most once per TableConfig.Interval, in the background.
 //
 // # Spans
 //

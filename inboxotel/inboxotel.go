@@ -2,7 +2,6 @@ package inboxotel
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 
@@ -14,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/watermill-inbox/inbox"
+	"github.com/watermill-inbox/inbox/internal/oneline"
 )
 
 // ScopeName is the instrumentation scope of the Observer's meter: this package's import
@@ -22,7 +22,10 @@ const ScopeName = "github.com/watermill-inbox/inbox/inboxotel"
 
 // The instruments an Observer records to.
 const (
-	// MessagesMetric counts messages per consumer and outcome (unit {message}).
+	// MessagesMetric counts deliveries per consumer and outcome (unit {message}): each
+	// pass of a message through the inbox counts once (a retry, a redelivery, a
+	// duplicate), so it counts deliveries, not distinct messages; TableGauges'
+	// TableKeysMetric counts the messages the table keeps.
 	MessagesMetric = "inbox.messages"
 	// ClaimDurationMetric is the histogram of claim times, in seconds, per consumer and
 	// outcome.
@@ -107,12 +110,12 @@ func New(cfg Config) (*Observer, error) {
 	meter := cfg.MeterProvider.Meter(ScopeName)
 	messages, errMessages := meter.Int64Counter(MessagesMetric,
 		metric.WithUnit("{message}"),
-		metric.WithDescription("Messages handled by the inbox, per consumer and outcome."))
+		metric.WithDescription("Deliveries handled by the inbox, per consumer and outcome (a message delivered twice counts twice)."))
 	claimWait, errClaim := meter.Float64Histogram(ClaimDurationMetric,
 		metric.WithUnit("s"),
 		metric.WithDescription("Time spent claiming a message's inbox key, waits on a concurrent duplicate included."),
 		metric.WithExplicitBucketBoundaries(ClaimDurationBuckets...))
-	if err := errors.Join(errMessages, errClaim); err != nil {
+	if err := oneline.Join(errMessages, errClaim); err != nil {
 		return nil, fmt.Errorf("inboxotel: creating the instruments with the MeterProvider: %w", err)
 	}
 	return &Observer{cfg: cfg, messages: messages, claimWait: claimWait}, nil

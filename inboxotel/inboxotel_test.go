@@ -189,7 +189,7 @@ func TestObserver_ThroughARouter(t *testing.T) {
 	got := b.metrics(t)
 	metricdatatest.AssertEqual(t, metricdata.Metrics{
 		Name:        inboxotel.MessagesMetric,
-		Description: "Messages handled by the inbox, per consumer and outcome.",
+		Description: "Deliveries handled by the inbox, per consumer and outcome (a message delivered twice counts twice).",
 		Unit:        "{message}",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,
@@ -303,7 +303,7 @@ func TestObserver_Process(t *testing.T) {
 	}
 	metricdatatest.AssertEqual(t, metricdata.Metrics{
 		Name:        inboxotel.MessagesMetric,
-		Description: "Messages handled by the inbox, per consumer and outcome.",
+		Description: "Deliveries handled by the inbox, per consumer and outcome (a message delivered twice counts twice).",
 		Unit:        "{message}",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,

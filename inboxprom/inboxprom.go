@@ -1,10 +1,14 @@
 // Package inboxprom exposes an inbox's outcomes as Prometheus metrics, through
-// github.com/prometheus/client_golang as Watermill's own metrics do. It is a package of its
-// own so that the inbox package never imports Prometheus: users without it pay nothing.
+// github.com/prometheus/client_golang as Watermill's own metrics do, and what its table
+// holds. It is a package of its own so that the inbox package never imports Prometheus:
+// users without it pay nothing.
 //
-//	obs, err := inboxprom.New(prometheus.DefaultRegisterer)
+//	obs, err := inboxprom.New(prometheus.DefaultRegisterer) // deliveries and claim waits
 //	...
 //	ib, err := inbox.New(inbox.Config{Store: store, Observer: obs})
+//
+//	// keys, oldest key age per consumer, sampled at most every 5 minutes
+//	table, err := inboxprom.NewTableCollector(prometheus.DefaultRegisterer, inboxprom.TableConfig{Store: store})
 package inboxprom
 
 import (
@@ -19,8 +23,13 @@ import (
 
 // The metrics an Observer exports.
 const (
-	// MessagesTotal counts messages per consumer and outcome (inbox.Outcome: processed,
-	// duplicate, replayed, mismatch, failed, no_key, contended, too_many_attempts).
+	// MessagesTotal counts deliveries per consumer and outcome (inbox.Outcome: processed,
+	// duplicate, replayed, mismatch, failed, no_key, contended, too_many_attempts): each
+	// pass of a message through the inbox counts once, so one message that fails twice,
+	// is retried, then redelivered as a duplicate counts four times (failed 2, processed
+	// 1, duplicate 1). It counts deliveries, not distinct messages: the processed outcome
+	// alone counts each message at most once per consumer; TableCollector's TableKeys
+	// counts the messages the table keeps.
 	MessagesTotal = "inbox_messages_total"
 	// ClaimWaitSeconds is the time a message's key claim took, per consumer. A claim that
 	// waited on a concurrent duplicate's transaction shows here as a slow one.
@@ -50,7 +59,7 @@ func New(reg prometheus.Registerer) (*Observer, error) {
 	o := &Observer{
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: MessagesTotal,
-			Help: "Messages handled by the inbox, per consumer and outcome.",
+			Help: "Deliveries handled by the inbox, per consumer and outcome (a message delivered twice counts twice).",
 		}, []string{"consumer", "outcome"}),
 		claimWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    ClaimWaitSeconds,
