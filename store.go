@@ -7,7 +7,9 @@ import (
 
 // Store keeps inbox keys in a database, in the same transaction as the handler's writes.
 // The middleware is the same for every store: what differs between databases lives
-// behind this interface. The stores in this package are PostgresStore (pgx),
+// behind this interface. It is the contract between the inbox and its stores, for those
+// who write a store: the inbox calls these methods, and an application calls only a
+// store's constructor, CreateSchema, Forget and Stats (and Purge, PurgeEvery). The stores in this package are PostgresStore (pgx),
 // SQLPostgresStore and MySQLStore (database/sql); the conformance suite in this module's
 // tests is the contract's executable form.
 type Store interface {

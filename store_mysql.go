@@ -62,6 +62,12 @@ type MySQLConfig struct {
 
 // MySQLStore is a Store on MySQL 8+ or MariaDB 10.11+ (InnoDB) through database/sql, with
 // the driver github.com/go-sql-driver/mysql. Handlers get a *sql.Tx from TxFromContext.
+//
+// Your methods: CreateSchema (or run schema/mysql.sql), Forget, Stats, and
+// NeighbourConsumers; purge with inbox.Purge or inbox.PurgeEvery. The others (Claim,
+// ClaimIn, PurgeBatch, Verify and the attempt methods) are the rest of Store, the
+// contract between the inbox and its stores: the inbox calls them, not you.
+//
 // database/sql rolls the transaction back by itself when the message context is
 // cancelled; the commit then fails with the context's error.
 //
@@ -222,7 +228,7 @@ func (s *MySQLStore) Forget(ctx context.Context, consumer, key string) (bool, er
 	return n > 0, nil
 }
 
-// PurgeBatch implements Store.
+// PurgeBatch implements Store, for inbox.Purge and inbox.PurgeEvery: call those.
 func (s *MySQLStore) PurgeBatch(ctx context.Context, before time.Time, limit int) (Purged, error) {
 	if s.cfg.Engine == MySQLVitess {
 		return s.purgeVitess(ctx, before, limit)
@@ -273,7 +279,7 @@ func (s *MySQLStore) Stats(ctx context.Context) ([]ConsumerStats, error) {
 	return stats, nil
 }
 
-// Verify implements Store.
+// Verify implements Store, for the inbox (not for you).
 func (s *MySQLStore) Verify(ctx context.Context) error {
 	if err := s.verifyEngine(ctx); err != nil {
 		return err

@@ -10,7 +10,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 )
 
-// Claim implements Store.
+// Claim implements Store, for the inbox (not for you).
 func (s *MySQLStore) Claim(ctx context.Context, rec Record) (Claim, error) {
 	s.prepareInsert(ctx)
 	if s.cfg.LockTimeout > 0 && rec.Attempt != "" && s.server.Load() == nil {
@@ -23,7 +23,8 @@ func (s *MySQLStore) Claim(ctx context.Context, rec Record) (Claim, error) {
 	})
 }
 
-// ClaimIn implements Store; tx must be a *sql.Tx, from any handle on the same server.
+// ClaimIn implements Store, for the inbox (not for you); tx must be a *sql.Tx, from any
+// handle on the same server.
 func (s *MySQLStore) ClaimIn(ctx context.Context, tx any, rec Record) (Claim, error) {
 	sqlTx, err := joinedSQLTx(tx, "MySQLStore")
 	if err != nil {

@@ -40,7 +40,13 @@ type PostgresConfig struct {
 }
 
 // PostgresStore is a Store on PostgreSQL through pgx. Handlers get a pgx.Tx from
-// TxFromContext. A pgx transaction does not roll back when its context is cancelled:
+// TxFromContext.
+//
+// Your methods: CreateSchema (or run schema/postgres.sql), Forget, Stats, and
+// NeighbourConsumers; purge with inbox.Purge or inbox.PurgeEvery. The others (Claim,
+// ClaimIn, PurgeBatch, Verify and the attempt methods) are the rest of Store, the
+// contract between the inbox and its stores: the inbox calls them, not you.
+// A pgx transaction does not roll back when its context is cancelled:
 // the middleware rolls back itself, with a context that cannot be cancelled. Over a
 // single *pgx.Conn, note pgx's own rule: it closes the connection when a BEGIN or a
 // COMMIT fails because the context ended as it was sent, or when a statement is
@@ -157,7 +163,7 @@ func (s *PostgresStore) CreateSchema(ctx context.Context) error {
 	return nil
 }
 
-// Claim implements Store.
+// Claim implements Store, for the inbox (not for you).
 func (s *PostgresStore) Claim(ctx context.Context, rec Record) (Claim, error) {
 	// pgx closes a connection whose BEGIN fails for any reason but a server error, a
 	// context that already ended included: that would kill a *pgx.Conn handle.
@@ -228,7 +234,7 @@ func (s *PostgresStore) endClaimPgx(ctx context.Context, conn *pgx.Conn, tx pgx.
 	return s.releasePgx(ctx, conn, rec, true)
 }
 
-// ClaimIn implements Store; tx must be a pgx.Tx.
+// ClaimIn implements Store, for the inbox (not for you); tx must be a pgx.Tx.
 func (s *PostgresStore) ClaimIn(ctx context.Context, tx any, rec Record) (Claim, error) {
 	pgxTx, ok := tx.(pgx.Tx)
 	if !ok {
@@ -329,7 +335,7 @@ func (s *PostgresStore) Forget(ctx context.Context, consumer, key string) (bool,
 	return tag.RowsAffected() > 0, nil
 }
 
-// PurgeBatch implements Store.
+// PurgeBatch implements Store, for inbox.Purge and inbox.PurgeEvery: call those.
 func (s *PostgresStore) PurgeBatch(ctx context.Context, before time.Time, limit int) (Purged, error) {
 	var n Purged
 	if err := s.db.QueryRow(ctx, s.sql.purge, before, limit).Scan(&n.Keys, &n.Attempts); err != nil {
@@ -355,7 +361,7 @@ func (s *PostgresStore) Stats(ctx context.Context) ([]ConsumerStats, error) {
 	return stats, nil
 }
 
-// Verify implements Store.
+// Verify implements Store, for the inbox (not for you).
 func (s *PostgresStore) Verify(ctx context.Context) error {
 	var n int
 	if err := s.db.QueryRow(ctx, s.sql.verify).Scan(&n); err != nil {

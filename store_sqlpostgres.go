@@ -34,6 +34,12 @@ type SQLPostgresConfig struct {
 // SQLPostgresStore is a Store on PostgreSQL through database/sql, for services that use
 // pgx's stdlib driver (github.com/jackc/pgx/v5/stdlib) with sqlx, sqlc, GORM, ent or bun.
 // It uses the same tables as PostgresStore. Handlers get a *sql.Tx from TxFromContext.
+//
+// Your methods: CreateSchema (or run schema/postgres.sql), Forget, Stats, and
+// NeighbourConsumers; purge with inbox.Purge or inbox.PurgeEvery. The others (Claim,
+// ClaimIn, PurgeBatch, Verify and the attempt methods) are the rest of Store, the
+// contract between the inbox and its stores: the inbox calls them, not you.
+//
 // When the message context ends, the handler's next statement fails and the middleware
 // rolls back (the store begins its transactions with the context's cancellation cut
 // off, so that database/sql does not close the connection under it).
@@ -85,14 +91,14 @@ func (s *SQLPostgresStore) CreateSchema(ctx context.Context) error {
 	return nil
 }
 
-// Claim implements Store.
+// Claim implements Store, for the inbox (not for you).
 func (s *SQLPostgresStore) Claim(ctx context.Context, rec Record) (Claim, error) {
 	return claimInNewTx(ctx, s.db, s.cfg.Isolation, s.wrap, rec, pgSQLAttempts{s}, func(tx *sql.Tx) (Claim, error) {
 		return s.claim(ctx, tx, rec, false)
 	})
 }
 
-// ClaimIn implements Store; tx must be a *sql.Tx.
+// ClaimIn implements Store, for the inbox (not for you); tx must be a *sql.Tx.
 func (s *SQLPostgresStore) ClaimIn(ctx context.Context, tx any, rec Record) (Claim, error) {
 	sqlTx, err := joinedSQLTx(tx, "SQLPostgresStore")
 	if err != nil {
@@ -148,7 +154,7 @@ func (s *SQLPostgresStore) Forget(ctx context.Context, consumer, key string) (bo
 	return n > 0, nil
 }
 
-// PurgeBatch implements Store.
+// PurgeBatch implements Store, for inbox.Purge and inbox.PurgeEvery: call those.
 func (s *SQLPostgresStore) PurgeBatch(ctx context.Context, before time.Time, limit int) (Purged, error) {
 	var n Purged
 	if err := s.db.QueryRowContext(ctx, s.sql.purge, before, limit).Scan(&n.Keys, &n.Attempts); err != nil {
@@ -178,7 +184,7 @@ func (s *SQLPostgresStore) Stats(ctx context.Context) ([]ConsumerStats, error) {
 	return stats, nil
 }
 
-// Verify implements Store.
+// Verify implements Store, for the inbox (not for you).
 func (s *SQLPostgresStore) Verify(ctx context.Context) error {
 	var n int
 	if err := s.db.QueryRowContext(ctx, s.sql.verify).Scan(&n); err != nil {

@@ -37,6 +37,11 @@ var (
 const maxBlock = time.Second
 
 // Store is an inbox.Store on Redis: see the package doc.
+//
+// Your methods: Forget, Stats and Config; keys expire by themselves (there is nothing to
+// purge, nor a schema to create). The others (Claim, ClaimIn, PurgeBatch, Verify and the
+// attempt methods) are the rest of inbox.Store, the contract between the inbox and its
+// stores: the inbox calls them, not you.
 type Store struct {
 	client redis.UniversalClient
 	cfg    Config
