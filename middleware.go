@@ -257,7 +257,10 @@ type attemptChecker interface {
 // not reach the handler; Config.OnDuplicate says what happens to it.
 //
 // Put it inside Retry and PoisonQueue, so each retry gets a fresh transaction, and outside
-// Timeout and Recoverer (see the README's middleware ordering).
+// Timeout, so that the deadline bounds the handler and not the claim or the commit (see
+// the README's middleware ordering). The deadline is the handler's to honour: a handler
+// that returns nil after it is committed, since the inbox commits exactly when the handler
+// returns nil.
 func (ib *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		delete(msg.Metadata, MetadataDuplicate)
