@@ -3,8 +3,8 @@
 package ent
 
 import (
-	"github.com/watermill-inbox/inbox/examples/orm/ent/schema"
-	"github.com/watermill-inbox/inbox/examples/orm/ent/wallet"
+	"github.com/watermill-inbox/inbox/_examples/orm/ent/schema"
+	"github.com/watermill-inbox/inbox/_examples/orm/ent/wallet"
 )
 
 // The init function reads all schema descriptors with runtime code

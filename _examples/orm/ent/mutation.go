@@ -10,8 +10,8 @@ import (
 
 	"entgo.io/ent"
 	"entgo.io/ent/dialect/sql"
-	"github.com/watermill-inbox/inbox/examples/orm/ent/predicate"
-	"github.com/watermill-inbox/inbox/examples/orm/ent/wallet"
+	"github.com/watermill-inbox/inbox/_examples/orm/ent/predicate"
+	"github.com/watermill-inbox/inbox/_examples/orm/ent/wallet"
 )
 
 const (

@@ -9,7 +9,7 @@ import (
 
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
-	"github.com/watermill-inbox/inbox/examples/orm/ent/wallet"
+	"github.com/watermill-inbox/inbox/_examples/orm/ent/wallet"
 )
 
 // WalletCreate is the builder for creating a Wallet entity.

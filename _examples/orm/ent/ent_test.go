@@ -11,9 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/watermill-inbox/inbox"
-	"github.com/watermill-inbox/inbox/examples/orm/ent"
-	"github.com/watermill-inbox/inbox/examples/orm/ent/wallet"
-	"github.com/watermill-inbox/inbox/examples/orm/entdriver"
+	"github.com/watermill-inbox/inbox/_examples/orm/ent"
+	"github.com/watermill-inbox/inbox/_examples/orm/ent/wallet"
+	"github.com/watermill-inbox/inbox/_examples/orm/entdriver"
 	"github.com/watermill-inbox/inbox/inboxtest"
 	"github.com/watermill-inbox/inbox/internal/sqltest"
 )

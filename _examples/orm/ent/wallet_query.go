@@ -11,8 +11,8 @@ import (
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
-	"github.com/watermill-inbox/inbox/examples/orm/ent/predicate"
-	"github.com/watermill-inbox/inbox/examples/orm/ent/wallet"
+	"github.com/watermill-inbox/inbox/_examples/orm/ent/predicate"
+	"github.com/watermill-inbox/inbox/_examples/orm/ent/wallet"
 )
 
 // WalletQuery is the builder for querying Wallet entities.

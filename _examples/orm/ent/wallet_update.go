@@ -10,8 +10,8 @@ import (
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
-	"github.com/watermill-inbox/inbox/examples/orm/ent/predicate"
-	"github.com/watermill-inbox/inbox/examples/orm/ent/wallet"
+	"github.com/watermill-inbox/inbox/_examples/orm/ent/predicate"
+	"github.com/watermill-inbox/inbox/_examples/orm/ent/wallet"
 )
 
 // WalletUpdate is the builder for updating Wallet entities.

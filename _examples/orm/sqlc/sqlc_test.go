@@ -12,9 +12,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/watermill-inbox/inbox"
-	"github.com/watermill-inbox/inbox/examples/orm/sqlc/mysqldb"
-	"github.com/watermill-inbox/inbox/examples/orm/sqlc/pgxdb"
-	"github.com/watermill-inbox/inbox/examples/orm/sqlc/sqlpgdb"
+	"github.com/watermill-inbox/inbox/_examples/orm/sqlc/mysqldb"
+	"github.com/watermill-inbox/inbox/_examples/orm/sqlc/pgxdb"
+	"github.com/watermill-inbox/inbox/_examples/orm/sqlc/sqlpgdb"
 	"github.com/watermill-inbox/inbox/inboxtest"
 	"github.com/watermill-inbox/inbox/internal/sqltest"
 )

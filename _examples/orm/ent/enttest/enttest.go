@@ -5,12 +5,12 @@ package enttest
 import (
 	"context"
 
-	"github.com/watermill-inbox/inbox/examples/orm/ent"
+	"github.com/watermill-inbox/inbox/_examples/orm/ent"
 	// required by schema hooks.
-	_ "github.com/watermill-inbox/inbox/examples/orm/ent/runtime"
+	_ "github.com/watermill-inbox/inbox/_examples/orm/ent/runtime"
 
 	"entgo.io/ent/dialect/sql/schema"
-	"github.com/watermill-inbox/inbox/examples/orm/ent/migrate"
+	"github.com/watermill-inbox/inbox/_examples/orm/ent/migrate"
 )
 
 type (

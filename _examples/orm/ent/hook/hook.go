@@ -6,7 +6,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/watermill-inbox/inbox/examples/orm/ent"
+	"github.com/watermill-inbox/inbox/_examples/orm/ent"
 )
 
 // The WalletFunc type is an adapter to allow the use of ordinary

@@ -4,7 +4,7 @@ package wallet
 
 import (
 	"entgo.io/ent/dialect/sql"
-	"github.com/watermill-inbox/inbox/examples/orm/ent/predicate"
+	"github.com/watermill-inbox/inbox/_examples/orm/ent/predicate"
 )
 
 // ID filters vertices based on their ID field.

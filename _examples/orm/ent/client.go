@@ -9,12 +9,12 @@ import (
 	"log"
 	"reflect"
 
-	"github.com/watermill-inbox/inbox/examples/orm/ent/migrate"
+	"github.com/watermill-inbox/inbox/_examples/orm/ent/migrate"
 
 	"entgo.io/ent"
 	"entgo.io/ent/dialect"
 	"entgo.io/ent/dialect/sql"
-	"github.com/watermill-inbox/inbox/examples/orm/ent/wallet"
+	"github.com/watermill-inbox/inbox/_examples/orm/ent/wallet"
 
 	stdsql "database/sql"
 )
