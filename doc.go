@@ -23,6 +23,14 @@
 //		return err
 //	})
 //
+// The handler's context carries the inbox transaction (TxFromContext, RequireTx) and the
+// claim: the consumer and the key as stored (ClaimFromContext), from which the handler can
+// derive stable ids for what it emits (outbox.MessageIDFromContext).
+//
+// The consumer defaults to the Watermill handler name and scopes deduplication: set
+// Config.Consumer explicitly in production, so that renaming a handler does not make
+// every message it processed new again.
+//
 // Keys come from a KeyFunc: the Watermill UUID by default, or metadata, CloudEvents
 // attributes, a JSON payload field, or the first of several (FirstOf). A message without
 // a key is never processed without deduplication: it fails with ErrNoKey.
