@@ -23,8 +23,9 @@ func TestClaimInTheHandlersContext(t *testing.T) {
 			t.Parallel()
 			fx := f.open(t, storeOpts{})
 			ib := newTestInbox(t, fx.store, inbox.Config{
-				Consumer: "billing",
-				Key:      inbox.FirstOf(inbox.KeyFromMetadata("event_id"), inbox.KeyFromUUID),
+				Consumer:    "billing",
+				Key:         inbox.FirstOf(inbox.KeyFromMetadata("event_id"), inbox.KeyFromUUID),
+				MaxAttempts: 3, // the claim carries no attempt token
 			})
 			var got []inbox.Record
 			seen := func(ctx context.Context) {
@@ -62,7 +63,8 @@ func TestClaimInTheHandlersContext(t *testing.T) {
 			}
 			if !f.caps.noJoin { // a transaction of the caller's, joined
 				tx, end := fx.begin(t)
-				_, err = ib.Process(inbox.ContextWithTx(ctx, tx), "joined", "order-2", func(ctx context.Context) error { seen(ctx); return nil })
+				plain := newTestInbox(t, fx.store, inbox.Config{}) // MaxAttempts needs a second connection beside a joined transaction
+				_, err = plain.Process(inbox.ContextWithTx(ctx, tx), "joined", "order-2", func(ctx context.Context) error { seen(ctx); return nil })
 				require.NoError(t, err)
 				require.NoError(t, end(true))
 				want = append(want, inbox.Record{Consumer: "joined", Key: "order-2"})

@@ -86,8 +86,9 @@ func txFromContext(ctx context.Context) any {
 // message once and for all, on every delivery, whatever KeyFunc found the key: derive
 // ids of what the handler emits from them (outbox.MessageIDFromContext does).
 //
-// ok is false outside a handler run by the inbox, e.g. for a handler given a transaction
-// of its own with ContextWithTx.
+// Record.Fingerprint is the one stored with the key; Record.Attempt is empty. ok is false
+// outside a handler run by the inbox, e.g. for a handler given a transaction of its own
+// with ContextWithTx.
 func ClaimFromContext(ctx context.Context) (rec Record, ok bool) {
 	rec, ok = ctx.Value(claimContextKey{}).(Record)
 	return rec, ok
@@ -96,5 +97,6 @@ func ClaimFromContext(ctx context.Context) (rec Record, ok bool) {
 // contextWithClaim returns ctx with the claimed record, for the handler.
 func contextWithClaim(ctx context.Context, rec Record) context.Context {
 	rec.Fingerprint = bytes.Clone(rec.Fingerprint)
+	rec.Attempt = "" // the attempt's token is the inbox's bookkeeping, not the message's
 	return context.WithValue(ctx, claimContextKey{}, rec)
 }
