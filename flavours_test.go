@@ -61,6 +61,7 @@ type caps struct {
 	noSession           bool // no database session whose settings LockTimeout could change
 	handlerCannotCommit bool // a handler ending its handle commits nothing, key included
 	noNeighbours        bool // no cheap look at other consumers' names: no ConsumerNeighbours
+	noAttemptCount      bool // no count of unfinished attempts per consumer: no AttemptCounter
 }
 
 type storeOpts struct {

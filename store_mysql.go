@@ -63,8 +63,8 @@ type MySQLConfig struct {
 // MySQLStore is a Store on MySQL 8+ or MariaDB 10.11+ (InnoDB) through database/sql, with
 // the driver github.com/go-sql-driver/mysql. Handlers get a *sql.Tx from TxFromContext.
 //
-// Your methods: CreateSchema (or run schema/mysql.sql), Forget, Stats, and
-// NeighbourConsumers; purge with inbox.Purge or inbox.PurgeEvery. The others (Claim,
+// Your methods: CreateSchema (or run schema/mysql.sql), Forget, Stats, UnfinishedAttempts
+// and NeighbourConsumers; purge with inbox.Purge or inbox.PurgeEvery. The others (Claim,
 // ClaimIn, PurgeBatch, Verify and the attempt methods) are the rest of Store, the
 // contract between the inbox and its stores: the inbox calls them, not you.
 //

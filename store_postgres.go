@@ -42,8 +42,8 @@ type PostgresConfig struct {
 // PostgresStore is a Store on PostgreSQL through pgx. Handlers get a pgx.Tx from
 // TxFromContext.
 //
-// Your methods: CreateSchema (or run schema/postgres.sql), Forget, Stats, and
-// NeighbourConsumers; purge with inbox.Purge or inbox.PurgeEvery. The others (Claim,
+// Your methods: CreateSchema (or run schema/postgres.sql), Forget, Stats, UnfinishedAttempts
+// and NeighbourConsumers; purge with inbox.Purge or inbox.PurgeEvery. The others (Claim,
 // ClaimIn, PurgeBatch, Verify and the attempt methods) are the rest of Store, the
 // contract between the inbox and its stores: the inbox calls them, not you.
 // A pgx transaction does not roll back when its context is cancelled:

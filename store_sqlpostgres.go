@@ -35,8 +35,8 @@ type SQLPostgresConfig struct {
 // pgx's stdlib driver (github.com/jackc/pgx/v5/stdlib) with sqlx, sqlc, GORM, ent or bun.
 // It uses the same tables as PostgresStore. Handlers get a *sql.Tx from TxFromContext.
 //
-// Your methods: CreateSchema (or run schema/postgres.sql), Forget, Stats, and
-// NeighbourConsumers; purge with inbox.Purge or inbox.PurgeEvery. The others (Claim,
+// Your methods: CreateSchema (or run schema/postgres.sql), Forget, Stats, UnfinishedAttempts
+// and NeighbourConsumers; purge with inbox.Purge or inbox.PurgeEvery. The others (Claim,
 // ClaimIn, PurgeBatch, Verify and the attempt methods) are the rest of Store, the
 // contract between the inbox and its stores: the inbox calls them, not you.
 //

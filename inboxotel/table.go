@@ -22,6 +22,10 @@ const (
 	// TableOldestKeyAgeMetric is how long ago the oldest key was processed, per
 	// consumer, in seconds.
 	TableOldestKeyAgeMetric = "inbox.table.oldest_key.age"
+	// TableUnfinishedAttemptsMetric is the number of attempts (inbox.Config.MaxAttempts)
+	// that started and have not ended, per consumer ({attempt}): running now, or whose
+	// process died. Observed when the store counts them (inbox.AttemptCounter).
+	TableUnfinishedAttemptsMetric = "inbox.table.unfinished_attempts"
 	// TableSampleAgeMetric is how old the last successful sample of the table is, in
 	// seconds: alert when it grows much past the interval (the samples fail).
 	TableSampleAgeMetric = "inbox.table.sample.age"
@@ -38,7 +42,12 @@ const (
 
 // TableConfig configures TableGauges.
 type TableConfig struct {
-	// Store is the inbox's store, whose Stats the gauges sample. Required.
+	// Store is the inbox's store, whose Stats (and UnfinishedAttempts, when it is an
+	// inbox.AttemptCounter) the gauges sample. Give it a store over a pool
+	// (*pgxpool.Pool, *sql.DB): a sample runs in the background, beside the messages, and
+	// a store on one *pgx.Conn or *sql.Conn would run it on the connection a message is
+	// using (pgx refuses: conn busy). A second store on the same table, over a pool of
+	// its own, serves. Required.
 	Store inbox.Store
 
 	// MeterProvider provides the meter (scope ScopeName). Defaults to
@@ -62,7 +71,7 @@ type TableConfig struct {
 }
 
 // TableGauges reports an inbox table's contents through OpenTelemetry observable gauges:
-// TableKeysMetric and TableOldestKeyAgeMetric per consumer, and the sampling's own
+// TableKeysMetric, TableOldestKeyAgeMetric and TableUnfinishedAttemptsMetric per consumer, and the sampling's own
 // TableSampleAgeMetric and TableSampleDurationMetric. It complements Observer, which
 // counts what happens to messages. The first collection starts the first sample and
 // observes nothing; a later one observes the table's. Close unregisters the gauges.
@@ -96,7 +105,9 @@ func NewTableGauges(cfg TableConfig) (*TableGauges, error) {
 		metric.WithDescription("Age of the last successful sample of the inbox table."))
 	took, errTook := meter.Float64ObservableGauge(TableSampleDurationMetric, metric.WithUnit("s"),
 		metric.WithDescription("How long the last successful sample of the inbox table took."))
-	if err := oneline.Join(errKeys, errOldest, errAge, errTook); err != nil {
+	unfinished, errUnfinished := meter.Int64ObservableGauge(TableUnfinishedAttemptsMetric, metric.WithUnit("{attempt}"),
+		metric.WithDescription("Attempts that started and have not ended (running, or died), per consumer."))
+	if err := oneline.Join(errKeys, errOldest, errAge, errTook, errUnfinished); err != nil {
 		return nil, fmt.Errorf("inboxotel: creating the table gauges with the MeterProvider: %w", err)
 	}
 	g := &TableGauges{sampler: tablestats.New(cfg.Store, cfg.Interval, cfg.Timeout)}
@@ -109,13 +120,20 @@ func NewTableGauges(cfg TableConfig) (*TableGauges, error) {
 		now := time.Now()
 		o.ObserveFloat64(age, now.Sub(sample.At).Seconds(), common)
 		o.ObserveFloat64(took, sample.Took.Seconds(), common)
+		consumer := func(name string) metric.ObserveOption {
+			return metric.WithAttributes(append([]attribute.KeyValue{AttrConsumer.String(name)}, cfg.Attributes...)...)
+		}
 		for _, s := range sample.Consumers {
-			consumer := metric.WithAttributes(append([]attribute.KeyValue{AttrConsumer.String(s.Consumer)}, cfg.Attributes...)...)
-			o.ObserveInt64(keys, s.Keys, consumer)
-			o.ObserveFloat64(oldest, now.Sub(s.Oldest).Seconds(), consumer)
+			o.ObserveInt64(keys, s.Keys, consumer(s.Consumer))
+			o.ObserveFloat64(oldest, now.Sub(s.Oldest).Seconds(), consumer(s.Consumer))
+		}
+		if sample.Unfinished != nil { // the store counts them; 0 for a consumer with keys and none
+			for _, name := range sample.Names() {
+				o.ObserveInt64(unfinished, sample.Unfinished[name], consumer(name))
+			}
 		}
 		return nil
-	}, keys, oldest, age, took)
+	}, keys, oldest, age, took, unfinished)
 	if err != nil {
 		return nil, fmt.Errorf("inboxotel: registering the table gauges' callback: %w", err)
 	}

@@ -27,6 +27,11 @@ func (s *countingStore) Stats(ctx context.Context) ([]inbox.ConsumerStats, error
 	return s.Store.Stats(ctx)
 }
 
+// UnfinishedAttempts passes the real store's ability on (an embedded inbox.Store hides it).
+func (s *countingStore) UnfinishedAttempts(ctx context.Context) (map[string]int64, error) {
+	return s.Store.(inbox.AttemptCounter).UnfinishedAttempts(ctx)
+}
+
 // collect reads the reader's gauges: metric name → consumer ("" for none) → value.
 func collect(t *testing.T, reader *sdkmetric.ManualReader) map[string]map[string]float64 {
 	t.Helper()
@@ -67,8 +72,12 @@ func TestTableGauges(t *testing.T) {
 			db := d.Open(t)
 			real, table := d.Store(t, db)
 			store := &countingStore{Store: real}
-			ib, err := inbox.New(inbox.Config{Store: real})
+			ib, err := inbox.New(inbox.Config{Store: real, MaxAttempts: 3})
 			require.NoError(t, err)
+			func() { // an attempt of receipts' that never ends: its handler panicked
+				defer func() { require.NotNil(t, recover()) }()
+				_, _ = ib.Process(ctx, "receipts", "order-p", func(context.Context) error { panic("handler bug") })
+			}()
 			for _, key := range []string{"order-a", "order-b"} {
 				_, err := ib.Process(ctx, "billing", key, func(context.Context) error { return nil })
 				require.NoError(t, err)
@@ -91,6 +100,7 @@ func TestTableGauges(t *testing.T) {
 			for range 3 {
 				got := collect(t, reader)
 				require.Equal(t, map[string]float64{"billing": 2}, got[inboxotel.TableKeysMetric])
+				require.Equal(t, map[string]float64{"billing": 0, "receipts": 1}, got[inboxotel.TableUnfinishedAttemptsMetric], "receipts has an attempt and no key")
 				require.GreaterOrEqual(t, got[inboxotel.TableOldestKeyAgeMetric]["billing"], 3600.0)
 				require.Contains(t, got, inboxotel.TableSampleAgeMetric)
 				require.Contains(t, got, inboxotel.TableSampleDurationMetric)

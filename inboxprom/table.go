@@ -19,6 +19,11 @@ const (
 	// TableOldestKeyAge is how long ago the oldest key was processed, per consumer, in
 	// seconds: with a purge, about the retention; growing without bound, no purge runs.
 	TableOldestKeyAge = "inbox_table_oldest_key_age_seconds"
+	// TableUnfinishedAttempts is the number of attempts (inbox.Config.MaxAttempts) that
+	// started and have not ended, per consumer: running now, or whose process died
+	// (their rows stay until the purge). Exported when the store counts them
+	// (inbox.AttemptCounter: the SQL stores).
+	TableUnfinishedAttempts = "inbox_table_unfinished_attempts"
 	// TableSampleTimestamp is when the last successful sample of the table was taken
 	// (Unix time, seconds): alert when it falls behind by much more than the interval.
 	TableSampleTimestamp = "inbox_table_sample_timestamp_seconds"
@@ -38,7 +43,12 @@ const (
 
 // TableConfig configures a TableCollector.
 type TableConfig struct {
-	// Store is the inbox's store, whose Stats the collector samples. Required.
+	// Store is the inbox's store, whose Stats (and UnfinishedAttempts, when it is an
+	// inbox.AttemptCounter) the collector samples. Give it a store over a pool
+	// (*pgxpool.Pool, *sql.DB): a sample runs in the background, beside the messages, and
+	// a store on one *pgx.Conn or *sql.Conn would run it on the connection a message is
+	// using (pgx refuses: conn busy). A second store on the same table, over a pool of
+	// its own, serves. Required.
 	Store inbox.Store
 
 	// Interval is the least time between two samples of the table. A sample counts the
@@ -56,14 +66,14 @@ type TableConfig struct {
 	Labels prometheus.Labels
 }
 
-// TableCollector is a prometheus.Collector of an inbox table's contents: TableKeys and
-// TableOldestKeyAge per consumer, and the sampling's own TableSampleTimestamp,
+// TableCollector is a prometheus.Collector of an inbox table's contents: TableKeys,
+// TableOldestKeyAge and TableUnfinishedAttempts per consumer, and the sampling's own TableSampleTimestamp,
 // TableSampleDuration and TableSampleErrors. It complements Observer, which counts what
 // happens to messages; this one shows what the table holds. The first scrape starts the
 // first sample and exports only the sampling metrics; a later one gets the table's.
 type TableCollector struct {
-	sampler                              *tablestats.Sampler
-	keys, oldest, at, took, sampleErrors *prometheus.Desc
+	sampler                                          *tablestats.Sampler
+	keys, oldest, unfinished, at, took, sampleErrors *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*TableCollector)(nil)
@@ -91,6 +101,7 @@ func NewTableCollector(reg prometheus.Registerer, cfg TableConfig) (*TableCollec
 		sampler:      tablestats.New(cfg.Store, cfg.Interval, cfg.Timeout),
 		keys:         desc(TableKeys, "Keys in the inbox table, per consumer, as of the last sample.", "consumer"),
 		oldest:       desc(TableOldestKeyAge, "Age of the oldest key in the inbox table, per consumer, in seconds.", "consumer"),
+		unfinished:   desc(TableUnfinishedAttempts, "Attempts that started and have not ended (running, or died), per consumer.", "consumer"),
 		at:           desc(TableSampleTimestamp, "When the last successful sample of the inbox table was taken, Unix time in seconds."),
 		took:         desc(TableSampleDuration, "How long the last successful sample of the inbox table took, in seconds."),
 		sampleErrors: desc(TableSampleErrors, "Samples of the inbox table that failed."),
@@ -103,7 +114,7 @@ func NewTableCollector(reg prometheus.Registerer, cfg TableConfig) (*TableCollec
 
 // Describe implements prometheus.Collector.
 func (c *TableCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.keys, c.oldest, c.at, c.took, c.sampleErrors} {
+	for _, d := range []*prometheus.Desc{c.keys, c.oldest, c.unfinished, c.at, c.took, c.sampleErrors} {
 		ch <- d
 	}
 }
@@ -122,6 +133,12 @@ func (c *TableCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, s := range sample.Consumers {
 		ch <- prometheus.MustNewConstMetric(c.keys, prometheus.GaugeValue, float64(s.Keys), s.Consumer)
 		ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, now.Sub(s.Oldest).Seconds(), s.Consumer)
+	}
+	if sample.Unfinished == nil { // the store does not count them
+		return
+	}
+	for _, consumer := range sample.Names() { // 0 for a consumer with keys and none
+		ch <- prometheus.MustNewConstMetric(c.unfinished, prometheus.GaugeValue, float64(sample.Unfinished[consumer]), consumer)
 	}
 }
 

@@ -25,6 +25,11 @@ func (s *countingStore) Stats(ctx context.Context) ([]inbox.ConsumerStats, error
 	return s.Store.Stats(ctx)
 }
 
+// UnfinishedAttempts passes the real store's ability on (an embedded inbox.Store hides it).
+func (s *countingStore) UnfinishedAttempts(ctx context.Context) (map[string]int64, error) {
+	return s.Store.(inbox.AttemptCounter).UnfinishedAttempts(ctx)
+}
+
 // gather returns the registry's metrics by name, each as its samples by consumer label
 // ("" for none).
 func gather(t *testing.T, reg *prometheus.Registry) map[string]map[string]float64 {
@@ -59,8 +64,12 @@ func TestTableCollector(t *testing.T) {
 			db := d.Open(t)
 			real, table := d.Store(t, db)
 			store := &countingStore{Store: real}
-			ib, err := inbox.New(inbox.Config{Store: real})
+			ib, err := inbox.New(inbox.Config{Store: real, MaxAttempts: 3})
 			require.NoError(t, err)
+			func() { // an attempt of billing's that never ends: its handler panicked
+				defer func() { require.NotNil(t, recover()) }()
+				_, _ = ib.Process(ctx, "billing", "order-p", func(context.Context) error { panic("handler bug") })
+			}()
 			for consumer, keys := range map[string]int{"billing": 3, "receipts": 1} {
 				for i := range keys {
 					_, err := ib.Process(ctx, consumer, "order-"+string(rune('a'+i)), func(context.Context) error { return nil })
@@ -87,6 +96,7 @@ func TestTableCollector(t *testing.T) {
 			require.Equal(t, map[string]float64{"billing": 3, "receipts": 1}, got[inboxprom.TableKeys])
 			require.GreaterOrEqual(t, got[inboxprom.TableOldestKeyAge]["billing"], 3600.0)
 			require.Less(t, got[inboxprom.TableOldestKeyAge]["receipts"], 3600.0)
+			require.Equal(t, map[string]float64{"billing": 1, "receipts": 0}, got[inboxprom.TableUnfinishedAttempts])
 			require.Contains(t, got, inboxprom.TableSampleTimestamp)
 			require.Contains(t, got, inboxprom.TableSampleDuration)
 

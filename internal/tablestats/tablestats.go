@@ -1,5 +1,5 @@
-// Package tablestats samples an inbox table's stats (keys, oldest key, unfinished
-// attempts per consumer) for the table metrics of inboxprom and inboxotel, at a bounded
+// Package tablestats samples an inbox table's stats (keys, oldest key, and unfinished
+// attempts when the store counts them, per consumer) for the table metrics of inboxprom and inboxotel, at a bounded
 // cost: at most one sample per interval, run in the background, never on the path of a
 // scrape or a metric collection, which gets the last sample at once.
 package tablestats
@@ -7,6 +7,7 @@ package tablestats
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -22,11 +23,33 @@ type Sample struct {
 	Took time.Duration
 	// Consumers are the table's consumers, by name.
 	Consumers []inbox.ConsumerStats
+	// Unfinished is the unfinished attempts per consumer (inbox.AttemptCounter); nil
+	// when the store cannot count them.
+	Unfinished map[string]int64
+}
+
+// Names returns every consumer the sample knows of, with keys or unfinished attempts,
+// in order.
+func (s Sample) Names() []string {
+	seen := map[string]bool{}
+	var names []string
+	for _, c := range s.Consumers {
+		seen[c.Consumer] = true
+		names = append(names, c.Consumer)
+	}
+	for c := range s.Unfinished {
+		if !seen[c] {
+			names = append(names, c)
+		}
+	}
+	slices.Sort(names)
+	return names
 }
 
 // Sampler samples a store's Stats at most once per interval.
 type Sampler struct {
 	stats    func(ctx context.Context) ([]inbox.ConsumerStats, error)
+	attempts func(ctx context.Context) (map[string]int64, error) // nil: the store cannot
 	interval time.Duration
 	timeout  time.Duration
 
@@ -62,7 +85,11 @@ func Check(store inbox.Store, interval, timeout time.Duration) error {
 
 // New returns a Sampler of store's Stats; interval and timeout must be positive.
 func New(store inbox.Store, interval, timeout time.Duration) *Sampler {
-	return &Sampler{stats: store.Stats, interval: interval, timeout: timeout}
+	s := &Sampler{stats: store.Stats, interval: interval, timeout: timeout}
+	if c, ok := store.(inbox.AttemptCounter); ok {
+		s.attempts = c.UnfinishedAttempts
+	}
+	return s
 }
 
 // Latest returns the last successful sample and how many samplings failed so far. When
@@ -107,6 +134,10 @@ func (s *Sampler) start() {
 		defer cancel()
 		at := time.Now()
 		consumers, err := s.stats(ctx)
+		var unfinished map[string]int64
+		if err == nil && s.attempts != nil {
+			unfinished, err = s.attempts(ctx)
+		}
 		took := time.Since(at)
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -115,6 +146,6 @@ func (s *Sampler) start() {
 			s.failed++
 			return
 		}
-		s.last = Sample{At: at, Took: took, Consumers: consumers}
+		s.last = Sample{At: at, Took: took, Consumers: consumers, Unfinished: unfinished}
 	}()
 }

@@ -1,0 +1,62 @@
+package inbox_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/watermill-inbox/inbox"
+)
+
+// UnfinishedAttempts counts, per consumer, the attempts that started and have not ended:
+// one running (its handler blocked) and one whose handler panicked (abandoned, as a
+// crash), on every store flavour that can; the others declare that they cannot.
+func TestUnfinishedAttempts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, f := range storeFlavours() {
+		t.Run(f.name, func(t *testing.T) {
+			t.Parallel()
+			fx := f.open(t, storeOpts{})
+			counter, ok := fx.store.(inbox.AttemptCounter)
+			require.Equal(t, !f.caps.noAttemptCount, ok, "the store implements AttemptCounter unless its flavour declares it cannot")
+			if f.caps.noAttemptCount {
+				t.Skip("the store cannot count unfinished attempts per consumer (caps.noAttemptCount)")
+			}
+			ib := newTestInbox(t, fx.store, inbox.Config{MaxAttempts: 3})
+			unfinished := func() map[string]int64 {
+				t.Helper()
+				got, err := counter.UnfinishedAttempts(ctx)
+				require.NoError(t, err)
+				return got
+			}
+			require.Empty(t, unfinished())
+
+			_, err := ib.Process(ctx, "receipts", "order-0", func(context.Context) error { return nil })
+			require.NoError(t, err)
+			require.Empty(t, unfinished(), "a committed attempt ended")
+
+			func() {
+				defer func() { require.Equal(t, "handler bug", recover()) }()
+				_, _ = ib.Process(ctx, "billing", "order-1", func(context.Context) error { panic("handler bug") })
+			}()
+			require.Equal(t, map[string]int64{"billing": 1}, unfinished(), "the panicked attempt never ended")
+
+			running, release, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+			go func() {
+				_, err := ib.Process(ctx, "billing", "order-2", func(context.Context) error {
+					close(running)
+					<-release
+					return nil
+				})
+				done <- err
+			}()
+			<-running
+			require.Equal(t, map[string]int64{"billing": 2}, unfinished(), "and one in flight")
+			close(release)
+			require.NoError(t, <-done)
+			require.Equal(t, map[string]int64{"billing": 1}, unfinished(), "the committed one ended")
+		})
+	}
+}
