@@ -44,7 +44,7 @@ type Store struct {
 	block  time.Duration
 
 	mu       sync.Mutex
-	commands map[string]*redis.CommandInfo // from COMMAND, for checking queued commands
+	commands commandTable // from COMMAND, for checking queued commands
 }
 
 var _ inbox.Store = (*Store)(nil)
@@ -282,21 +282,6 @@ func (s *Store) Verify(ctx context.Context) error {
 		return fmt.Errorf("redisstore: checking Redis: %w", err)
 	}
 	return nil
-}
-
-// commandTable returns the server's command table, read once.
-func (s *Store) commandTable(ctx context.Context) (map[string]*redis.CommandInfo, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.commands != nil {
-		return s.commands, nil
-	}
-	cmds, err := s.client.Command(ctx).Result()
-	if err != nil {
-		return nil, err
-	}
-	s.commands = cmds
-	return cmds, nil
 }
 
 // forEachPrimary runs fn on every primary: the client itself unless it is a Cluster or
