@@ -164,7 +164,8 @@ func TestDedupRepository(t *testing.T) {
 
 	// Watermill's Deduplicator keeps the key even when the handler fails: the
 	// redelivery of a failed message is dropped, unlike the inbox's.
-	dedup := middleware.Deduplicator{KeyFactory: middleware.NewMessageHasherFromMetadataField("id"), Repository: repo}
+	// Timeout set: Watermill raises a zero Timeout to 5ms, which the repository holds.
+	dedup := middleware.Deduplicator{KeyFactory: middleware.NewMessageHasherFromMetadataField("id"), Repository: repo, Timeout: 10 * time.Second}
 	calls := 0
 	h := dedup.Middleware(func(*message.Message) ([]*message.Message, error) {
 		calls++
