@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -71,4 +72,25 @@ func attemptDB(ctx context.Context, db SQLDB) (SQLDB, func(), error) {
 		return nil, nil, fmt.Errorf("inbox: counting the attempt: %w: the store's handle is a *sql.Conn, which the joined transaction may be running on; give the store the *sql.DB, or set MaxAttempts to 0", ErrAttemptsNeedConn)
 	}
 	return db, func() {}, nil
+}
+
+// attemptBridge carries the count a SQL store's StartAttempt read to the Claim that
+// follows it (Claim.Unfinished), keyed by the attempt's token. It keeps the SQL stores'
+// counting as it was (read at the start, before the claim waits) under the Store
+// contract that reports the count in the Claim.
+type attemptBridge struct{ counts sync.Map }
+
+func (b *attemptBridge) started(rec Record, unfinished int) { b.counts.Store(rec.Attempt, unfinished) }
+
+func (b *attemptBridge) ended(rec Record) { b.counts.Delete(rec.Attempt) }
+
+// claimed returns what sets a claim's Unfinished, for a claimed key, from the count its
+// start read: s.claimed(rec)(s.claim(...)).
+func (b *attemptBridge) claimed(rec Record) func(Claim, error) (Claim, error) {
+	return func(claim Claim, err error) (Claim, error) {
+		if n, ok := b.counts.LoadAndDelete(rec.Attempt); ok && err == nil && !claim.Duplicate {
+			claim.Unfinished = n.(int)
+		}
+		return claim, err
+	}
 }

@@ -168,16 +168,16 @@ func exerciseCombinations(t *testing.T, f storeFlavour) {
 		t.Parallel()
 		fx := f.open(t, storeOpts{})
 		for i := range 5 { // crashed attempts: counts without keys
-			_, err := fx.store.StartAttempt(ctx, "billing", fmt.Sprint("crashed-", i))
-			require.NoError(t, err)
+			_, claim := startAndClaim(t, fx.store, "billing", fmt.Sprint("crashed-", i))
+			require.NoError(t, claim.Tx.Rollback(ctx))
 		}
 		time.Sleep(20 * time.Millisecond)
 		_, err := inbox.Purge(ctx, fx.store, inbox.PurgeConfig{OlderThan: time.Millisecond, Force: true, BatchSize: 2})
 		require.NoError(t, err)
 		for i := range 5 {
-			unfinished, err := fx.store.StartAttempt(ctx, "billing", fmt.Sprint("crashed-", i))
-			require.NoError(t, err)
-			require.Zero(t, unfinished, "the attempt count of crashed-%d was purged", i)
+			_, claim := startAndClaim(t, fx.store, "billing", fmt.Sprint("crashed-", i))
+			require.Zero(t, claim.Unfinished, "the attempt count of crashed-%d was purged", i)
+			require.NoError(t, claim.Tx.Rollback(ctx))
 		}
 	})
 
@@ -189,8 +189,8 @@ func exerciseCombinations(t *testing.T, f storeFlavour) {
 		fx := f.open(t, storeOpts{})
 		ib := newTestInbox(t, fx.store, inbox.Config{MaxAttempts: 1})
 		for i := range 5 { // older crashed attempts, which a purge batch meets first
-			_, err := fx.store.StartAttempt(ctx, "billing", fmt.Sprint("crashed-", i))
-			require.NoError(t, err)
+			_, claim := startAndClaim(t, fx.store, "billing", fmt.Sprint("crashed-", i))
+			require.NoError(t, claim.Tx.Rollback(ctx))
 		}
 		time.Sleep(5 * time.Millisecond)
 		_, err := creditOnce(ctx, ib, fx.ledger, "billing", "order-1", 1)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
@@ -37,6 +38,19 @@ func newTestInbox(t *testing.T, store inbox.Store, cfg inbox.Config) *inbox.Inbo
 	ib, err := inbox.New(cfg)
 	require.NoError(t, err)
 	return ib
+}
+
+// startAndClaim starts an attempt of key, as the middleware does with MaxAttempts, and
+// claims the key, which must be new.
+func startAndClaim(t *testing.T, store inbox.Store, consumer, key string) (inbox.Record, inbox.Claim) {
+	t.Helper()
+	ctx := context.Background()
+	rec := inbox.Record{Consumer: consumer, Key: key, Attempt: fmt.Sprintf("attempt-%x", rand.Uint64())}
+	require.NoError(t, store.StartAttempt(ctx, rec))
+	claim, err := store.Claim(ctx, rec)
+	require.NoError(t, err)
+	require.False(t, claim.Duplicate)
+	return rec, claim
 }
 
 // creditOnce processes key for consumer with a handler that credits amount.
@@ -350,15 +364,18 @@ func exerciseStore(t *testing.T, f storeFlavour) {
 
 	t.Run("AttemptsCountCrashes", func(t *testing.T) {
 		fx, _ := setup(t)
-		for want := range 3 {
-			unfinished, err := fx.store.StartAttempt(ctx, "billing", "order-14")
-			require.NoError(t, err)
-			require.Equal(t, want, unfinished)
+		for want := range 3 { // each rolled back and never ended: a process that died
+			_, claim := startAndClaim(t, fx.store, "billing", "order-14")
+			require.Equal(t, want, claim.Unfinished)
+			require.NoError(t, claim.Tx.Rollback(ctx))
 		}
-		require.NoError(t, fx.store.EndAttempt(ctx, "billing", "order-14"))
-		unfinished, err := fx.store.StartAttempt(ctx, "billing", "order-14")
-		require.NoError(t, err)
-		require.Equal(t, 2, unfinished, "3 started, 1 ended cleanly")
+		rec, claim := startAndClaim(t, fx.store, "billing", "order-14")
+		require.Equal(t, 3, claim.Unfinished)
+		require.NoError(t, claim.Tx.Rollback(ctx))
+		require.NoError(t, fx.store.EndAttempt(ctx, rec), "a clean failure")
+		_, claim = startAndClaim(t, fx.store, "billing", "order-14")
+		require.Equal(t, 3, claim.Unfinished, "3 died, 1 ended cleanly")
+		require.NoError(t, claim.Tx.Rollback(ctx))
 	})
 
 	t.Run("ForgetMakesTheKeyNewAgain", func(t *testing.T) {

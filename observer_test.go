@@ -200,7 +200,7 @@ func TestObserver_ClaimWaitOnFailures(t *testing.T) {
 		obs := &observations{}
 		store := newPgxStore(t, pool, inbox.PostgresConfig{})
 		ib := newTestInbox(t, store, inbox.Config{Observer: obs, MaxAttempts: 1})
-		_, err := store.StartAttempt(context.Background(), "billing", "order-1") // a start that crashed
+		err := store.StartAttempt(context.Background(), inbox.Record{Consumer: "billing", Key: "order-1", Attempt: "crashed"}) // a start that crashed
 		require.NoError(t, err)
 		_, err = ib.Middleware(func(*message.Message) ([]*message.Message, error) {
 			t.Error("the handler of a poisoned message ran")

@@ -2,6 +2,8 @@ package inbox
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
@@ -21,11 +23,10 @@ func (ib *Inbox) process(ctx context.Context, rec Record, msg *message.Message, 
 		return Claim{}, 0, ib.fail(ctx, rec, msg, OutcomeFailed, 0, context.Cause(ctx))
 	}
 	joined := txFromContext(ctx)
-	unfinished := 0
 	if ib.cfg.MaxAttempts > 0 {
-		var err error
-		if unfinished, err = ib.cfg.Store.StartAttempt(ctx, rec.Consumer, rec.Key); err != nil {
-			return Claim{}, 0, ib.fail(ctx, rec, msg, OutcomeFailed, 0, err)
+		rec.Attempt = newAttemptToken()
+		if err := ib.cfg.Store.StartAttempt(ctx, rec); err != nil {
+			return Claim{}, 0, join(ib.fail(ctx, rec, msg, OutcomeFailed, 0, err), ib.endAttempt(ctx, rec))
 		}
 	}
 
@@ -44,12 +45,16 @@ func (ib *Inbox) process(ctx context.Context, rec Record, msg *message.Message, 
 	case err != nil:
 		return Claim{}, wait, join(ib.fail(ctx, rec, msg, OutcomeFailed, wait, err), ib.endAttempt(ctx, rec))
 	case claim.Duplicate:
+		// The verdict stands: an attempt left open only counts if the key comes back.
+		if err := ib.endAttempt(ctx, rec); err != nil {
+			ib.cfg.Logger.Error("inbox: could not end the attempt of a duplicate", err, watermill.LogFields{"consumer": rec.Consumer, "key": rec.Key})
+		}
 		return claim, wait, nil
 	}
 
 	tx := claim.Tx
-	if ib.cfg.MaxAttempts > 0 && unfinished >= ib.cfg.MaxAttempts {
-		err := fmt.Errorf("%w: %d attempts started and never finished", ErrTooManyAttempts, unfinished)
+	if ib.cfg.MaxAttempts > 0 && claim.Unfinished >= ib.cfg.MaxAttempts {
+		err := fmt.Errorf("%w: %d attempts started and never finished", ErrTooManyAttempts, claim.Unfinished)
 		return Claim{}, wait, join(ib.fail(ctx, rec, msg, OutcomeTooManyAttempts, wait, err), tx.Rollback(ctx), ib.endAttempt(ctx, rec))
 	}
 
@@ -92,13 +97,20 @@ func (ib *Inbox) process(ctx context.Context, rec Record, msg *message.Message, 
 }
 
 // endAttempt records, when attempts are counted, that an attempt ended without a commit
-// but without crashing the process: the handler failed, or the claim or the commit did.
-// Only attempts that never end count towards MaxAttempts.
+// but without crashing the process: the handler failed, the claim or the commit did, or
+// the claim found a duplicate. Only attempts that never end count towards MaxAttempts.
 func (ib *Inbox) endAttempt(ctx context.Context, rec Record) error {
-	if ib.cfg.MaxAttempts == 0 {
+	if rec.Attempt == "" {
 		return nil
 	}
-	return ib.cfg.Store.EndAttempt(context.WithoutCancel(ctx), rec.Consumer, rec.Key)
+	return ib.cfg.Store.EndAttempt(context.WithoutCancel(ctx), rec)
+}
+
+// newAttemptToken returns a random token naming one delivery's attempt.
+func newAttemptToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // fail wraps err with the record it concerns and reports the failure with the claim's

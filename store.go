@@ -31,14 +31,18 @@ type Store interface {
 	// on Commit but neither commits nor rolls back.
 	ClaimIn(ctx context.Context, tx any, rec Record) (Claim, error)
 
-	// StartAttempt records, outside any transaction, that processing of the key starts,
-	// and returns how many earlier attempts started without ending: attempts that neither
-	// committed nor called EndAttempt, because the process died during them.
-	StartAttempt(ctx context.Context, consumer, key string) (unfinished int, err error)
+	// StartAttempt records, outside any transaction, that the delivery rec.Attempt (a
+	// token of its own) of the key starts processing. It is safe to send again (a
+	// resent start counts once). A store that records the start in Claim, once the key
+	// is held, makes it a no-op. The caller calls it only when rec.Attempt is set.
+	StartAttempt(ctx context.Context, rec Record) error
 
-	// EndAttempt records that an attempt started by StartAttempt ended without a commit
-	// but cleanly: the handler returned an error and the transaction was rolled back.
-	EndAttempt(ctx context.Context, consumer, key string) error
+	// EndAttempt records that the attempt rec.Attempt ended without a commit but
+	// cleanly: the claim failed or found a duplicate, or the handler returned an error
+	// and the transaction was rolled back. It is safe to send again, and after a start
+	// whose outcome is unknown (or that never reached the store). Tx.Commit ends the
+	// attempt itself.
+	EndAttempt(ctx context.Context, rec Record) error
 
 	// Forget deletes one key (and its attempt count), so that the next delivery of that
 	// message is processed again. It reports whether the key existed.
@@ -64,6 +68,9 @@ type Record struct {
 	Key      string
 	// Fingerprint identifies the message's content (see Config.Fingerprint). It may be nil.
 	Fingerprint []byte
+	// Attempt is a random token of this delivery when attempts are counted
+	// (Config.MaxAttempts above zero), "" otherwise.
+	Attempt string
 }
 
 // Claim is the verdict of Store.Claim.
@@ -75,6 +82,11 @@ type Claim struct {
 	Tx          Tx
 	Fingerprint []byte
 	Output      []byte
+	// Unfinished is, for a claimed key whose Record.Attempt is set, the number of
+	// earlier attempts that started, never ended and are no longer running: they died
+	// (or, on a store with leases, outlived their lease). It is counted once the key is
+	// held, so deliveries waiting on it concurrently are not counted.
+	Unfinished int
 }
 
 // Tx is a transaction holding a claimed key.
@@ -83,7 +95,7 @@ type Tx interface {
 	// store, *sql.Tx for the database/sql stores. Handlers get it from TxFromContext.
 	Handle() any
 	// Commit stores output (nil when the handler produced nothing) with the key and
-	// commits. A joined transaction (Store.ClaimIn) only gets the output stored. If the
+	// commits, ending the claim's attempt (Record.Attempt). A joined transaction (Store.ClaimIn) only gets the output stored. If the
 	// handler ended the transaction itself, Commit returns an error wrapping ErrTxDone.
 	Commit(ctx context.Context, output []byte) error
 	// Rollback rolls back, removing the key with the handler's writes, even when ctx is

@@ -13,9 +13,9 @@ import (
 // Claim implements Store.
 func (s *MySQLStore) Claim(ctx context.Context, rec Record) (Claim, error) {
 	s.prepareInsert(ctx)
-	return claimInNewTx(ctx, s.db, s.cfg.Isolation, s.wrap, func(tx *sql.Tx) (Claim, error) {
+	return s.attemptBridge.claimed(rec)(claimInNewTx(ctx, s.db, s.cfg.Isolation, s.wrap, func(tx *sql.Tx) (Claim, error) {
 		return s.claim(ctx, tx, rec, false)
-	})
+	}))
 }
 
 // ClaimIn implements Store; tx must be a *sql.Tx, from any handle on the same server.
@@ -24,7 +24,7 @@ func (s *MySQLStore) ClaimIn(ctx context.Context, tx any, rec Record) (Claim, er
 	if err != nil {
 		return Claim{}, err
 	}
-	return s.claim(ctx, sqlTx, rec, true)
+	return s.attemptBridge.claimed(rec)(s.claim(ctx, sqlTx, rec, true))
 }
 
 // claim inserts the key. A duplicate fails with error 1062, which in InnoDB undoes that

@@ -63,6 +63,7 @@ type PostgresStore struct {
 	sql postgresQueries
 	// folded claims in one round trip; nil when db or the config does not allow it.
 	folded *foldedClaim
+	attemptBridge
 }
 
 var _ Store = (*PostgresStore)(nil)
@@ -146,6 +147,10 @@ func (s *PostgresStore) CreateSchema(ctx context.Context) error {
 
 // Claim implements Store.
 func (s *PostgresStore) Claim(ctx context.Context, rec Record) (Claim, error) {
+	return s.attemptBridge.claimed(rec)(s.claimNew(ctx, rec))
+}
+
+func (s *PostgresStore) claimNew(ctx context.Context, rec Record) (Claim, error) {
 	// pgx closes a connection whose BEGIN fails for any reason but a server error, a
 	// context that already ended included: that would kill a *pgx.Conn handle.
 	if err := ctx.Err(); err != nil {
@@ -171,7 +176,7 @@ func (s *PostgresStore) ClaimIn(ctx context.Context, tx any, rec Record) (Claim,
 	if !ok {
 		return Claim{}, fmt.Errorf("inbox: the transaction in the context is a %T; PostgresStore joins only a pgx.Tx", tx)
 	}
-	return s.claim(ctx, pgxTx, rec, true)
+	return s.attemptBridge.claimed(rec)(s.claim(ctx, pgxTx, rec, true))
 }
 
 // claim inserts the key and, when it was there already, reads what the first delivery
@@ -223,7 +228,15 @@ func (s *PostgresStore) claim(ctx context.Context, tx pgx.Tx, rec Record, joined
 // which only delays a poison verdict by an attempt, and the write stays off the disk's
 // critical path. Beside a joined transaction it runs on another connection (see
 // attemptDB).
-func (s *PostgresStore) StartAttempt(ctx context.Context, consumer, key string) (int, error) {
+func (s *PostgresStore) StartAttempt(ctx context.Context, rec Record) error {
+	n, err := s.startAttempt(ctx, rec.Consumer, rec.Key)
+	if err == nil {
+		s.attemptBridge.started(rec, n)
+	}
+	return err
+}
+
+func (s *PostgresStore) startAttempt(ctx context.Context, consumer, key string) (int, error) {
 	db, release, err := s.attemptDB(ctx)
 	if err != nil {
 		return 0, err
@@ -252,7 +265,9 @@ type pgxBatcher interface {
 }
 
 // EndAttempt implements Store.
-func (s *PostgresStore) EndAttempt(ctx context.Context, consumer, key string) error {
+func (s *PostgresStore) EndAttempt(ctx context.Context, rec Record) error {
+	s.attemptBridge.ended(rec)
+	consumer, key := rec.Consumer, rec.Key
 	db, release, err := s.attemptDB(ctx)
 	if err != nil {
 		return err

@@ -39,6 +39,7 @@ type SQLPostgresStore struct {
 	db  SQLDB
 	cfg SQLPostgresConfig
 	sql postgresQueries
+	attemptBridge
 }
 
 var _ Store = (*SQLPostgresStore)(nil)
@@ -79,9 +80,9 @@ func (s *SQLPostgresStore) CreateSchema(ctx context.Context) error {
 
 // Claim implements Store.
 func (s *SQLPostgresStore) Claim(ctx context.Context, rec Record) (Claim, error) {
-	return claimInNewTx(ctx, s.db, s.cfg.Isolation, s.wrap, func(tx *sql.Tx) (Claim, error) {
+	return s.attemptBridge.claimed(rec)(claimInNewTx(ctx, s.db, s.cfg.Isolation, s.wrap, func(tx *sql.Tx) (Claim, error) {
 		return s.claim(ctx, tx, rec, false)
-	})
+	}))
 }
 
 // ClaimIn implements Store; tx must be a *sql.Tx.
@@ -90,7 +91,7 @@ func (s *SQLPostgresStore) ClaimIn(ctx context.Context, tx any, rec Record) (Cla
 	if err != nil {
 		return Claim{}, err
 	}
-	return s.claim(ctx, sqlTx, rec, true)
+	return s.attemptBridge.claimed(rec)(s.claim(ctx, sqlTx, rec, true))
 }
 
 // claim inserts the key and, only when it was there already, reads what the first
@@ -127,7 +128,15 @@ func (s *SQLPostgresStore) claim(ctx context.Context, tx *sql.Tx, rec Record, jo
 
 // StartAttempt implements Store. Beside a joined transaction it runs on another
 // connection (see attemptDB).
-func (s *SQLPostgresStore) StartAttempt(ctx context.Context, consumer, key string) (int, error) {
+func (s *SQLPostgresStore) StartAttempt(ctx context.Context, rec Record) error {
+	n, err := s.startAttempt(ctx, rec.Consumer, rec.Key)
+	if err == nil {
+		s.attemptBridge.started(rec, n)
+	}
+	return err
+}
+
+func (s *SQLPostgresStore) startAttempt(ctx context.Context, consumer, key string) (int, error) {
 	db, release, err := attemptDB(ctx, s.db)
 	if err != nil {
 		return 0, err
@@ -141,7 +150,9 @@ func (s *SQLPostgresStore) StartAttempt(ctx context.Context, consumer, key strin
 }
 
 // EndAttempt implements Store.
-func (s *SQLPostgresStore) EndAttempt(ctx context.Context, consumer, key string) error {
+func (s *SQLPostgresStore) EndAttempt(ctx context.Context, rec Record) error {
+	s.attemptBridge.ended(rec)
+	consumer, key := rec.Consumer, rec.Key
 	db, release, err := attemptDB(ctx, s.db)
 	if err != nil {
 		return err

@@ -44,7 +44,7 @@ func TestVitessLeavesIsolationAsFound(t *testing.T) {
 	claim, err := onConn.Claim(ctx, inbox.Record{Consumer: "billing", Key: "iso-1"})
 	require.NoError(t, err)
 	require.NoError(t, claim.Tx.Commit(ctx, nil))
-	_, err = onConn.StartAttempt(ctx, "billing", "iso-1")
+	err = onConn.StartAttempt(ctx, inbox.Record{Consumer: "billing", Key: "iso-1", Attempt: "a"})
 	require.NoError(t, err)
 	require.Equal(t, before, level(), "the inbox left the connection's level as it found it")
 
