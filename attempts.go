@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -74,23 +73,47 @@ func attemptDB(ctx context.Context, db SQLDB) (SQLDB, func(), error) {
 	return db, func() {}, nil
 }
 
-// attemptBridge carries the count a SQL store's StartAttempt read to the Claim that
-// follows it (Claim.Unfinished), keyed by the attempt's token. It keeps the SQL stores'
-// counting as it was (read at the start, before the claim waits) under the Store
-// contract that reports the count in the Claim.
-type attemptBridge struct{ counts sync.Map }
-
-func (b *attemptBridge) started(rec Record, unfinished int) { b.counts.Store(rec.Attempt, unfinished) }
-
-func (b *attemptBridge) ended(rec Record) { b.counts.Delete(rec.Attempt) }
-
-// claimed returns what sets a claim's Unfinished, for a claimed key, from the count its
-// start read: s.claimed(rec)(s.claim(...)).
-func (b *attemptBridge) claimed(rec Record) func(Claim, error) (Claim, error) {
-	return func(claim Claim, err error) (Claim, error) {
-		if n, ok := b.counts.LoadAndDelete(rec.Attempt); ok && err == nil && !claim.Duplicate {
-			claim.Unfinished = n.(int)
+// bridgeAttempts runs claim under the Store contract where Claim starts the attempt,
+// with the counting the SQL stores had before it: a count read at the start, before the
+// claim waits on the key. It starts the attempt before the claim, reports the count in
+// Claim.Unfinished, ends a duplicate's attempt, and returns a Tx whose Rollback ends the
+// attempt and whose Abandon does not.
+func bridgeAttempts(ctx context.Context, rec Record,
+	start func(ctx context.Context, consumer, key string) (int, error),
+	end func(ctx context.Context, consumer, key string) error,
+	claim func() (Claim, error)) (Claim, error) {
+	unfinished := 0
+	if rec.Attempt != "" {
+		n, err := start(ctx, rec.Consumer, rec.Key)
+		if err != nil {
+			return Claim{}, err
 		}
-		return claim, err
+		unfinished = n
 	}
+	endIt := func(ctx context.Context) error {
+		if rec.Attempt == "" {
+			return nil
+		}
+		return end(context.WithoutCancel(ctx), rec.Consumer, rec.Key)
+	}
+	c, err := claim()
+	switch {
+	case err != nil:
+		return c, err
+	case c.Duplicate:
+		return c, endIt(ctx)
+	}
+	c.Unfinished = unfinished
+	c.Tx = &bridgedTx{Tx: c.Tx, end: endIt}
+	return c, nil
 }
+
+// bridgedTx is a SQL store's Tx whose Rollback also ends the claim's attempt.
+type bridgedTx struct {
+	Tx
+	end func(context.Context) error
+}
+
+func (t *bridgedTx) Rollback(ctx context.Context) error { return join(t.Tx.Rollback(ctx), t.end(ctx)) }
+
+func (t *bridgedTx) Abandon(ctx context.Context) error { return t.Tx.Rollback(ctx) }

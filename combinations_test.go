@@ -168,14 +168,13 @@ func exerciseCombinations(t *testing.T, f storeFlavour) {
 		t.Parallel()
 		fx := f.open(t, storeOpts{})
 		for i := range 5 { // crashed attempts: counts without keys
-			_, claim := startAndClaim(t, fx.store, "billing", fmt.Sprint("crashed-", i))
-			require.NoError(t, claim.Tx.Rollback(ctx))
+			require.NoError(t, claimAttempt(t, fx.store, "billing", fmt.Sprint("crashed-", i)).Tx.Abandon(ctx))
 		}
 		time.Sleep(20 * time.Millisecond)
 		_, err := inbox.Purge(ctx, fx.store, inbox.PurgeConfig{OlderThan: time.Millisecond, Force: true, BatchSize: 2})
 		require.NoError(t, err)
 		for i := range 5 {
-			_, claim := startAndClaim(t, fx.store, "billing", fmt.Sprint("crashed-", i))
+			claim := claimAttempt(t, fx.store, "billing", fmt.Sprint("crashed-", i))
 			require.Zero(t, claim.Unfinished, "the attempt count of crashed-%d was purged", i)
 			require.NoError(t, claim.Tx.Rollback(ctx))
 		}
@@ -189,8 +188,7 @@ func exerciseCombinations(t *testing.T, f storeFlavour) {
 		fx := f.open(t, storeOpts{})
 		ib := newTestInbox(t, fx.store, inbox.Config{MaxAttempts: 1})
 		for i := range 5 { // older crashed attempts, which a purge batch meets first
-			_, claim := startAndClaim(t, fx.store, "billing", fmt.Sprint("crashed-", i))
-			require.NoError(t, claim.Tx.Rollback(ctx))
+			require.NoError(t, claimAttempt(t, fx.store, "billing", fmt.Sprint("crashed-", i)).Tx.Abandon(ctx))
 		}
 		time.Sleep(5 * time.Millisecond)
 		_, err := creditOnce(ctx, ib, fx.ledger, "billing", "order-1", 1)

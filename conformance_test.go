@@ -40,17 +40,15 @@ func newTestInbox(t *testing.T, store inbox.Store, cfg inbox.Config) *inbox.Inbo
 	return ib
 }
 
-// startAndClaim starts an attempt of key, as the middleware does with MaxAttempts, and
-// claims the key, which must be new.
-func startAndClaim(t *testing.T, store inbox.Store, consumer, key string) (inbox.Record, inbox.Claim) {
+// claimAttempt claims key, which must be new, with an attempt of its own, as the
+// middleware does with MaxAttempts.
+func claimAttempt(t *testing.T, store inbox.Store, consumer, key string) inbox.Claim {
 	t.Helper()
-	ctx := context.Background()
 	rec := inbox.Record{Consumer: consumer, Key: key, Attempt: fmt.Sprintf("attempt-%x", rand.Uint64())}
-	require.NoError(t, store.StartAttempt(ctx, rec))
-	claim, err := store.Claim(ctx, rec)
+	claim, err := store.Claim(context.Background(), rec)
 	require.NoError(t, err)
 	require.False(t, claim.Duplicate)
-	return rec, claim
+	return claim
 }
 
 // creditOnce processes key for consumer with a handler that credits amount.
@@ -364,16 +362,15 @@ func exerciseStore(t *testing.T, f storeFlavour) {
 
 	t.Run("AttemptsCountCrashes", func(t *testing.T) {
 		fx, _ := setup(t)
-		for want := range 3 { // each rolled back and never ended: a process that died
-			_, claim := startAndClaim(t, fx.store, "billing", "order-14")
+		for want := range 3 { // each abandoned, never ended: a process that died
+			claim := claimAttempt(t, fx.store, "billing", "order-14")
 			require.Equal(t, want, claim.Unfinished)
-			require.NoError(t, claim.Tx.Rollback(ctx))
+			require.NoError(t, claim.Tx.Abandon(ctx))
 		}
-		rec, claim := startAndClaim(t, fx.store, "billing", "order-14")
+		claim := claimAttempt(t, fx.store, "billing", "order-14")
 		require.Equal(t, 3, claim.Unfinished)
-		require.NoError(t, claim.Tx.Rollback(ctx))
-		require.NoError(t, fx.store.EndAttempt(ctx, rec), "a clean failure")
-		_, claim = startAndClaim(t, fx.store, "billing", "order-14")
+		require.NoError(t, claim.Tx.Rollback(ctx), "a clean failure")
+		claim = claimAttempt(t, fx.store, "billing", "order-14")
 		require.Equal(t, 3, claim.Unfinished, "3 died, 1 ended cleanly")
 		require.NoError(t, claim.Tx.Rollback(ctx))
 	})

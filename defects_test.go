@@ -212,8 +212,7 @@ func TestErrorsSayInboxOnce(t *testing.T) {
 		collect(err)
 		_, err = ib.Middleware(func(*message.Message) ([]*message.Message, error) { return nil, nil })(message.NewMessage("", nil))
 		collect(err)
-		err = s.StartAttempt(ctx, inbox.Record{Consumer: "billing", Key: "order-5", Attempt: "crashed"})
-		require.NoError(t, err)
+		require.NoError(t, claimAttempt(t, s, "billing", "order-5").Tx.Abandon(ctx)) // a crash
 		_, err = ib.Process(ctx, "billing", "order-5", func(context.Context) error { return nil })
 		collect(err)
 		require.ErrorIs(t, err, inbox.ErrTooManyAttempts)
@@ -244,7 +243,7 @@ func TestErrorsSayInboxOnce(t *testing.T) {
 	require.NoError(t, err)
 	tx, err := conn.Begin(ctx)
 	require.NoError(t, err)
-	err = connStore.StartAttempt(inbox.ContextWithTx(ctx, tx), inbox.Record{Consumer: "billing", Key: "order-8", Attempt: "a"})
+	_, err = connStore.ClaimIn(inbox.ContextWithTx(ctx, tx), tx, inbox.Record{Consumer: "billing", Key: "order-8", Attempt: "a"})
 	collect(err)
 	require.ErrorIs(t, err, inbox.ErrAttemptsNeedConn)
 	require.NoError(t, tx.Rollback(ctx))

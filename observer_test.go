@@ -200,9 +200,8 @@ func TestObserver_ClaimWaitOnFailures(t *testing.T) {
 		obs := &observations{}
 		store := newPgxStore(t, pool, inbox.PostgresConfig{})
 		ib := newTestInbox(t, store, inbox.Config{Observer: obs, MaxAttempts: 1})
-		err := store.StartAttempt(context.Background(), inbox.Record{Consumer: "billing", Key: "order-1", Attempt: "crashed"}) // a start that crashed
-		require.NoError(t, err)
-		_, err = ib.Middleware(func(*message.Message) ([]*message.Message, error) {
+		require.NoError(t, claimAttempt(t, store, "billing", "order-1").Tx.Abandon(context.Background())) // a start that crashed
+		_, err := ib.Middleware(func(*message.Message) ([]*message.Message, error) {
 			t.Error("the handler of a poisoned message ran")
 			return nil, nil
 		})(message.NewMessage("order-1", nil))

@@ -24,10 +24,7 @@ func (ib *Inbox) process(ctx context.Context, rec Record, msg *message.Message, 
 	}
 	joined := txFromContext(ctx)
 	if ib.cfg.MaxAttempts > 0 {
-		rec.Attempt = newAttemptToken()
-		if err := ib.cfg.Store.StartAttempt(ctx, rec); err != nil {
-			return Claim{}, 0, join(ib.fail(ctx, rec, msg, OutcomeFailed, 0, err), ib.endAttempt(ctx, rec))
-		}
+		rec.Attempt = newAttemptToken() // Claim starts it
 	}
 
 	start := time.Now()
@@ -44,24 +41,20 @@ func (ib *Inbox) process(ctx context.Context, rec Record, msg *message.Message, 
 		return Claim{}, wait, join(ib.fail(ctx, rec, msg, OutcomeContended, wait, err), ib.endAttempt(ctx, rec))
 	case err != nil:
 		return Claim{}, wait, join(ib.fail(ctx, rec, msg, OutcomeFailed, wait, err), ib.endAttempt(ctx, rec))
-	case claim.Duplicate:
-		// The verdict stands: an attempt left open only counts if the key comes back.
-		if err := ib.endAttempt(ctx, rec); err != nil {
-			ib.cfg.Logger.Error("inbox: could not end the attempt of a duplicate", err, watermill.LogFields{"consumer": rec.Consumer, "key": rec.Key})
-		}
+	case claim.Duplicate: // the store ended the attempt
 		return claim, wait, nil
 	}
 
 	tx := claim.Tx
 	if ib.cfg.MaxAttempts > 0 && claim.Unfinished >= ib.cfg.MaxAttempts {
 		err := fmt.Errorf("%w: %d attempts started and never finished", ErrTooManyAttempts, claim.Unfinished)
-		return Claim{}, wait, join(ib.fail(ctx, rec, msg, OutcomeTooManyAttempts, wait, err), tx.Rollback(ctx), ib.endAttempt(ctx, rec))
+		return Claim{}, wait, join(ib.fail(ctx, rec, msg, OutcomeTooManyAttempts, wait, err), ib.rollback(ctx, rec, tx))
 	}
 
 	ended := false
 	defer func() {
-		if !ended { // fn panicked: roll back and let the panic go on
-			_ = tx.Rollback(ctx)
+		if !ended { // fn panicked: roll back, leaving the attempt to count as a crash, and let the panic go on
+			_ = tx.Abandon(ctx)
 			ib.observe(ctx, rec, msg, OutcomeFailed, wait, errHandlerPanicked)
 		}
 	}()
@@ -70,21 +63,20 @@ func (ib *Inbox) process(ctx context.Context, rec Record, msg *message.Message, 
 	if err == nil && len(output) > ib.cfg.MaxOutputBytes {
 		err = ib.fail(ctx, rec, msg, OutcomeFailed, wait, fmt.Errorf("%w: the handler's output (produced messages, or a stored result) is %d bytes, more than Config.MaxOutputBytes (%d): produce fewer or smaller messages (or publish them through the outbox), or raise the limit",
 			ErrOutputTooLarge, len(output), ib.cfg.MaxOutputBytes))
-		return Claim{}, wait, join(err, tx.Rollback(ctx), ib.endAttempt(ctx, rec))
+		return Claim{}, wait, join(err, ib.rollback(ctx, rec, tx))
 	}
 	if err != nil {
 		ib.observe(ctx, rec, msg, OutcomeFailed, wait, err)
-		rollbackErr := tx.Rollback(ctx)
-		endErr := ib.endAttempt(ctx, rec)
-		if rollbackErr != nil || endErr != nil {
-			err = join(err, rollbackErr, endErr)
+		if rollbackErr := ib.rollback(ctx, rec, tx); rollbackErr != nil {
+			err = join(err, rollbackErr)
 		}
 		return Claim{}, wait, err
 	}
 	if ctx.Err() != nil { // no commit on a dead context: pgx would close the connection
-		return Claim{}, wait, join(ib.fail(ctx, rec, msg, OutcomeFailed, wait, context.Cause(ctx)), tx.Rollback(ctx), ib.endAttempt(ctx, rec))
+		return Claim{}, wait, join(ib.fail(ctx, rec, msg, OutcomeFailed, wait, context.Cause(ctx)), ib.rollback(ctx, rec, tx))
 	}
 	if err := tx.Commit(ctx, output); err != nil {
+		// The commit may have gone through (a reply lost) or not: the attempt ends either way.
 		return Claim{}, wait, join(ib.fail(ctx, rec, msg, OutcomeFailed, wait, err), tx.Rollback(ctx), ib.endAttempt(ctx, rec))
 	}
 	if joined != nil { // the owner commits: the inbox's part of the attempt ended cleanly
@@ -96,9 +88,19 @@ func (ib *Inbox) process(ctx context.Context, rec Record, msg *message.Message, 
 	return claim, wait, nil
 }
 
-// endAttempt records, when attempts are counted, that an attempt ended without a commit
-// but without crashing the process: the handler failed, the claim or the commit did, or
-// the claim found a duplicate. Only attempts that never end count towards MaxAttempts.
+// rollback rolls tx back, ending its attempt (a clean failure); when the rollback
+// fails, its attempt's end is not known, and EndAttempt ends it.
+func (ib *Inbox) rollback(ctx context.Context, rec Record, tx Tx) error {
+	err := tx.Rollback(ctx)
+	if err != nil {
+		err = join(err, ib.endAttempt(ctx, rec))
+	}
+	return err
+}
+
+// endAttempt ends rec's attempt when attempts are counted and the store may not have
+// ended it: a claim, a commit or a rollback that failed, and beside a joined
+// transaction. Only attempts that never end count towards MaxAttempts.
 func (ib *Inbox) endAttempt(ctx context.Context, rec Record) error {
 	if rec.Attempt == "" {
 		return nil

@@ -13,6 +13,13 @@ import (
 type Store interface {
 	// Claim begins a transaction and inserts rec's key in it, before the handler runs.
 	//
+	// A Record with an Attempt (Config.MaxAttempts) also starts that attempt, outside the
+	// claim's transaction, so that it survives a crash. A new key's Claim reports in
+	// Unfinished the key's earlier attempts that started, never ended and are no longer
+	// running: their process died. A duplicate's Claim ends its attempt; a failed Claim
+	// leaves it to EndAttempt. Tx.Commit and Tx.Rollback end it; Tx.Abandon leaves it
+	// unfinished.
+	//
 	// A new key returns a Claim with an open Tx; the caller runs the handler in it and
 	// ends it with Tx.Commit or Tx.Rollback, which also removes the key.
 	// A committed key returns Claim.Duplicate, with what the first delivery stored, and no
@@ -31,17 +38,11 @@ type Store interface {
 	// on Commit but neither commits nor rolls back.
 	ClaimIn(ctx context.Context, tx any, rec Record) (Claim, error)
 
-	// StartAttempt records, outside any transaction, that the delivery rec.Attempt (a
-	// token of its own) of the key starts processing. It is safe to send again (a
-	// resent start counts once). A store that records the start in Claim, once the key
-	// is held, makes it a no-op. The caller calls it only when rec.Attempt is set.
-	StartAttempt(ctx context.Context, rec Record) error
-
-	// EndAttempt records that the attempt rec.Attempt ended without a commit but
-	// cleanly: the claim failed or found a duplicate, or the handler returned an error
-	// and the transaction was rolled back. It is safe to send again, and after a start
-	// whose outcome is unknown (or that never reached the store). Tx.Commit ends the
-	// attempt itself.
+	// EndAttempt ends rec.Attempt, an attempt Claim or ClaimIn started, when its end is
+	// uncertain: the claim failed, or Tx.Commit or Tx.Rollback returned an error (the
+	// connection may have broken after the server ran them); and, beside a joined
+	// transaction, after Tx.Commit. It is safe to call more than once, after an end that
+	// went through, and for an attempt that never started.
 	EndAttempt(ctx context.Context, rec Record) error
 
 	// Forget deletes one key (and its attempt count), so that the next delivery of that
@@ -69,7 +70,7 @@ type Record struct {
 	// Fingerprint identifies the message's content (see Config.Fingerprint). It may be nil.
 	Fingerprint []byte
 	// Attempt is a random token of this delivery when attempts are counted
-	// (Config.MaxAttempts above zero), "" otherwise.
+	// (Config.MaxAttempts above zero), "" otherwise. Claim starts the attempt.
 	Attempt string
 }
 
@@ -82,10 +83,11 @@ type Claim struct {
 	Tx          Tx
 	Fingerprint []byte
 	Output      []byte
-	// Unfinished is, for a claimed key whose Record.Attempt is set, the number of
-	// earlier attempts that started, never ended and are no longer running: they died
-	// (or, on a store with leases, outlived their lease). It is counted once the key is
-	// held, so deliveries waiting on it concurrently are not counted.
+	// Unfinished is, for a new key whose Record has an Attempt, how many earlier
+	// attempts of the key started, never ended and are no longer running: their process
+	// died during them (or, on a store with leases, they outlived their lease).
+	// Attempts of concurrent deliveries still running, waiting on the key, are not
+	// counted.
 	Unfinished int
 }
 
@@ -95,12 +97,18 @@ type Tx interface {
 	// store, *sql.Tx for the database/sql stores. Handlers get it from TxFromContext.
 	Handle() any
 	// Commit stores output (nil when the handler produced nothing) with the key and
-	// commits, ending the claim's attempt (Record.Attempt). A joined transaction (Store.ClaimIn) only gets the output stored. If the
-	// handler ended the transaction itself, Commit returns an error wrapping ErrTxDone.
+	// commits, ending the claim's attempt. A joined transaction (Store.ClaimIn) only gets
+	// the output stored. If the handler ended the transaction itself, Commit returns an
+	// error wrapping ErrTxDone.
 	Commit(ctx context.Context, output []byte) error
 	// Rollback rolls back, removing the key with the handler's writes, even when ctx is
-	// cancelled. It does nothing for a joined transaction, or once the transaction ended.
+	// cancelled, and ends the claim's attempt: a clean failure, which MaxAttempts never
+	// counts. For a joined transaction it only ends the attempt. Once the transaction
+	// ended, it does nothing.
 	Rollback(ctx context.Context) error
+	// Abandon is Rollback without ending the attempt, which then counts as one whose
+	// process died: for a handler that panicked.
+	Abandon(ctx context.Context) error
 }
 
 // Purged is what one Store.PurgeBatch deleted.

@@ -87,7 +87,6 @@ type MySQLStore struct {
 	// output (inboxhttp, produced messages) and a duplicate's read then cost one round
 	// trip each instead of a prepare, an execute and a close.
 	setOutputStmt, storedStmt atomic.Pointer[sql.Stmt]
-	attemptBridge
 }
 
 var _ Store = (*MySQLStore)(nil)
@@ -195,17 +194,10 @@ func (s *MySQLStore) CreateSchema(ctx context.Context) error {
 	return s.createEngineSchema(ctx)
 }
 
-// StartAttempt implements Store. The upsert and the read run in one short transaction:
+// startAttempt starts an attempt of the key, and returns how many earlier ones never
+// ended. The upsert and the read run in one short transaction:
 // the upsert's row lock keeps a concurrent start from slipping in between. Beside a
 // joined transaction it runs on another connection (see attemptDB).
-func (s *MySQLStore) StartAttempt(ctx context.Context, rec Record) error {
-	n, err := s.startAttempt(ctx, rec.Consumer, rec.Key)
-	if err == nil {
-		s.attemptBridge.started(rec, n)
-	}
-	return err
-}
-
 func (s *MySQLStore) startAttempt(ctx context.Context, consumer, key string) (int, error) {
 	db, release, err := attemptDB(ctx, s.db)
 	if err != nil {
@@ -227,8 +219,13 @@ func (s *MySQLStore) startAttempt(ctx context.Context, consumer, key string) (in
 
 // EndAttempt implements Store.
 func (s *MySQLStore) EndAttempt(ctx context.Context, rec Record) error {
-	s.attemptBridge.ended(rec)
-	consumer, key := rec.Consumer, rec.Key
+	if rec.Attempt == "" {
+		return nil
+	}
+	return s.endAttempt(ctx, rec.Consumer, rec.Key)
+}
+
+func (s *MySQLStore) endAttempt(ctx context.Context, consumer, key string) error {
 	db, release, err := attemptDB(ctx, s.db)
 	if err != nil {
 		return err

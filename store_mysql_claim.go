@@ -13,9 +13,11 @@ import (
 // Claim implements Store.
 func (s *MySQLStore) Claim(ctx context.Context, rec Record) (Claim, error) {
 	s.prepareInsert(ctx)
-	return s.attemptBridge.claimed(rec)(claimInNewTx(ctx, s.db, s.cfg.Isolation, s.wrap, func(tx *sql.Tx) (Claim, error) {
-		return s.claim(ctx, tx, rec, false)
-	}))
+	return bridgeAttempts(ctx, rec, s.startAttempt, s.endAttempt, func() (Claim, error) {
+		return claimInNewTx(ctx, s.db, s.cfg.Isolation, s.wrap, func(tx *sql.Tx) (Claim, error) {
+			return s.claim(ctx, tx, rec, false)
+		})
+	})
 }
 
 // ClaimIn implements Store; tx must be a *sql.Tx, from any handle on the same server.
@@ -24,7 +26,7 @@ func (s *MySQLStore) ClaimIn(ctx context.Context, tx any, rec Record) (Claim, er
 	if err != nil {
 		return Claim{}, err
 	}
-	return s.attemptBridge.claimed(rec)(s.claim(ctx, sqlTx, rec, true))
+	return bridgeAttempts(ctx, rec, s.startAttempt, s.endAttempt, func() (Claim, error) { return s.claim(ctx, sqlTx, rec, true) })
 }
 
 // claim inserts the key. A duplicate fails with error 1062, which in InnoDB undoes that

@@ -63,7 +63,6 @@ type PostgresStore struct {
 	sql postgresQueries
 	// folded claims in one round trip; nil when db or the config does not allow it.
 	folded *foldedClaim
-	attemptBridge
 }
 
 var _ Store = (*PostgresStore)(nil)
@@ -147,7 +146,7 @@ func (s *PostgresStore) CreateSchema(ctx context.Context) error {
 
 // Claim implements Store.
 func (s *PostgresStore) Claim(ctx context.Context, rec Record) (Claim, error) {
-	return s.attemptBridge.claimed(rec)(s.claimNew(ctx, rec))
+	return bridgeAttempts(ctx, rec, s.startAttempt, s.endAttempt, func() (Claim, error) { return s.claimNew(ctx, rec) })
 }
 
 func (s *PostgresStore) claimNew(ctx context.Context, rec Record) (Claim, error) {
@@ -176,7 +175,7 @@ func (s *PostgresStore) ClaimIn(ctx context.Context, tx any, rec Record) (Claim,
 	if !ok {
 		return Claim{}, fmt.Errorf("inbox: the transaction in the context is a %T; PostgresStore joins only a pgx.Tx", tx)
 	}
-	return s.attemptBridge.claimed(rec)(s.claim(ctx, pgxTx, rec, true))
+	return bridgeAttempts(ctx, rec, s.startAttempt, s.endAttempt, func() (Claim, error) { return s.claim(ctx, pgxTx, rec, true) })
 }
 
 // claim inserts the key and, when it was there already, reads what the first delivery
@@ -221,21 +220,14 @@ func (s *PostgresStore) claim(ctx context.Context, tx pgx.Tx, rec Record, joined
 	return Claim{Tx: &pgxInboxTx{tx: tx, store: s, rec: rec, joined: joined}}, nil
 }
 
-// StartAttempt implements Store.
+// startAttempt starts an attempt of the key, and returns how many earlier ones never
+// ended.
 //
 // The count is committed without waiting for its WAL flush (synchronous_commit off, for
 // this one transaction, in one round trip): a server crash may lose the last counts,
 // which only delays a poison verdict by an attempt, and the write stays off the disk's
 // critical path. Beside a joined transaction it runs on another connection (see
 // attemptDB).
-func (s *PostgresStore) StartAttempt(ctx context.Context, rec Record) error {
-	n, err := s.startAttempt(ctx, rec.Consumer, rec.Key)
-	if err == nil {
-		s.attemptBridge.started(rec, n)
-	}
-	return err
-}
-
 func (s *PostgresStore) startAttempt(ctx context.Context, consumer, key string) (int, error) {
 	db, release, err := s.attemptDB(ctx)
 	if err != nil {
@@ -266,8 +258,13 @@ type pgxBatcher interface {
 
 // EndAttempt implements Store.
 func (s *PostgresStore) EndAttempt(ctx context.Context, rec Record) error {
-	s.attemptBridge.ended(rec)
-	consumer, key := rec.Consumer, rec.Key
+	if rec.Attempt == "" {
+		return nil
+	}
+	return s.endAttempt(ctx, rec.Consumer, rec.Key)
+}
+
+func (s *PostgresStore) endAttempt(ctx context.Context, consumer, key string) error {
 	db, release, err := s.attemptDB(ctx)
 	if err != nil {
 		return err

@@ -56,6 +56,9 @@ func (t *pgxInboxTx) commitWithOutput(ctx context.Context, output []byte) error 
 
 func (t *pgxInboxTx) Handle() any { return t.tx }
 
+// Abandon implements Tx: it rolls back (the store counts attempts outside it).
+func (t *pgxInboxTx) Abandon(ctx context.Context) error { return t.Rollback(ctx) }
+
 func (t *pgxInboxTx) Commit(ctx context.Context, output []byte) error {
 	if output != nil && !t.joined && t.release != nil {
 		return t.commitWithOutput(ctx, output)

@@ -36,6 +36,9 @@ type sqlInboxTx struct {
 
 func (t *sqlInboxTx) Handle() any { return t.tx }
 
+// Abandon implements Tx: it rolls back (the store counts attempts outside it).
+func (t *sqlInboxTx) Abandon(ctx context.Context) error { return t.Rollback(ctx) }
+
 func (t *sqlInboxTx) Commit(ctx context.Context, output []byte) error {
 	if output != nil {
 		if err := t.setOutput(ctx, t.tx, output); err != nil {

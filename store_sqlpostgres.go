@@ -39,7 +39,6 @@ type SQLPostgresStore struct {
 	db  SQLDB
 	cfg SQLPostgresConfig
 	sql postgresQueries
-	attemptBridge
 }
 
 var _ Store = (*SQLPostgresStore)(nil)
@@ -80,9 +79,11 @@ func (s *SQLPostgresStore) CreateSchema(ctx context.Context) error {
 
 // Claim implements Store.
 func (s *SQLPostgresStore) Claim(ctx context.Context, rec Record) (Claim, error) {
-	return s.attemptBridge.claimed(rec)(claimInNewTx(ctx, s.db, s.cfg.Isolation, s.wrap, func(tx *sql.Tx) (Claim, error) {
-		return s.claim(ctx, tx, rec, false)
-	}))
+	return bridgeAttempts(ctx, rec, s.startAttempt, s.endAttempt, func() (Claim, error) {
+		return claimInNewTx(ctx, s.db, s.cfg.Isolation, s.wrap, func(tx *sql.Tx) (Claim, error) {
+			return s.claim(ctx, tx, rec, false)
+		})
+	})
 }
 
 // ClaimIn implements Store; tx must be a *sql.Tx.
@@ -91,7 +92,7 @@ func (s *SQLPostgresStore) ClaimIn(ctx context.Context, tx any, rec Record) (Cla
 	if err != nil {
 		return Claim{}, err
 	}
-	return s.attemptBridge.claimed(rec)(s.claim(ctx, sqlTx, rec, true))
+	return bridgeAttempts(ctx, rec, s.startAttempt, s.endAttempt, func() (Claim, error) { return s.claim(ctx, sqlTx, rec, true) })
 }
 
 // claim inserts the key and, only when it was there already, reads what the first
@@ -126,16 +127,9 @@ func (s *SQLPostgresStore) claim(ctx context.Context, tx *sql.Tx, rec Record, jo
 	return readStoredSQL(ctx, tx, s.sql.stored, rec, s.wrap)
 }
 
-// StartAttempt implements Store. Beside a joined transaction it runs on another
+// startAttempt starts an attempt of the key, and returns how many earlier ones never
+// ended. Beside a joined transaction it runs on another
 // connection (see attemptDB).
-func (s *SQLPostgresStore) StartAttempt(ctx context.Context, rec Record) error {
-	n, err := s.startAttempt(ctx, rec.Consumer, rec.Key)
-	if err == nil {
-		s.attemptBridge.started(rec, n)
-	}
-	return err
-}
-
 func (s *SQLPostgresStore) startAttempt(ctx context.Context, consumer, key string) (int, error) {
 	db, release, err := attemptDB(ctx, s.db)
 	if err != nil {
@@ -151,8 +145,13 @@ func (s *SQLPostgresStore) startAttempt(ctx context.Context, consumer, key strin
 
 // EndAttempt implements Store.
 func (s *SQLPostgresStore) EndAttempt(ctx context.Context, rec Record) error {
-	s.attemptBridge.ended(rec)
-	consumer, key := rec.Consumer, rec.Key
+	if rec.Attempt == "" {
+		return nil
+	}
+	return s.endAttempt(ctx, rec.Consumer, rec.Key)
+}
+
+func (s *SQLPostgresStore) endAttempt(ctx context.Context, consumer, key string) error {
 	db, release, err := attemptDB(ctx, s.db)
 	if err != nil {
 		return err

@@ -41,11 +41,9 @@ func TestVitessLeavesIsolationAsFound(t *testing.T) {
 	// The store's transactions on this very connection: a claim, its commit, an attempt.
 	onConn, err := inbox.NewMySQLStore(conn, inbox.MySQLConfig{Table: table, Engine: inbox.MySQLVitess})
 	require.NoError(t, err)
-	claim, err := onConn.Claim(ctx, inbox.Record{Consumer: "billing", Key: "iso-1"})
+	claim, err := onConn.Claim(ctx, inbox.Record{Consumer: "billing", Key: "iso-1", Attempt: "a"})
 	require.NoError(t, err)
 	require.NoError(t, claim.Tx.Commit(ctx, nil))
-	err = onConn.StartAttempt(ctx, inbox.Record{Consumer: "billing", Key: "iso-1", Attempt: "a"})
-	require.NoError(t, err)
 	require.Equal(t, before, level(), "the inbox left the connection's level as it found it")
 
 	// The control: a transaction begun at READ COMMITTED changes the level of the next.

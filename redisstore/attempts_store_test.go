@@ -13,39 +13,42 @@ import (
 )
 
 // The store's side of the attempt contract: a delivery that held the key and never ended
-// its attempt is counted by the next claim, once; a claim sent again with the same
-// attempt counts it once.
+// its attempt (abandoned: a panic, or a process that died) is counted by the next claim,
+// once, even when that claim is sent twice; a rollback ends its attempt, a commit all of
+// them; EndAttempt ends an attempt whose claim's answer was lost, and drops its lease.
 func TestAttemptsCountDeliveriesThatDied(t *testing.T) {
 	t.Parallel()
 	client := sharedClient(t)
-	store, _ := newCountingStore(t, client, redisstore.Config{Lease: 200 * time.Millisecond}, 2)
+	// A short Wait: a claim that had to wait for a lease left behind fails the test.
+	store, _ := newCountingStore(t, client, redisstore.Config{Wait: 100 * time.Millisecond}, 2)
 	ctx := context.Background()
-	for want := range 3 {
-		rec := inbox.Record{Consumer: "billing", Key: "order-1", Attempt: fmt.Sprint("attempt-", want)}
-		require.NoError(t, store.StartAttempt(ctx, rec))
-		var claim inbox.Claim
-		for range 2 {
-			var err error
-			claim, err = store.Claim(ctx, rec)
-			require.NoError(t, err)
-			require.NotNil(t, claim.Tx)
-			require.Equal(t, want, claim.Unfinished)
-		}
-		require.NoError(t, claim.Tx.Rollback(ctx)) // a panic: rolled back, never ended
+	claim := func(attempt string) (inbox.Record, inbox.Claim) {
+		rec := inbox.Record{Consumer: "billing", Key: "order-1", Attempt: attempt}
+		claim, err := store.Claim(ctx, rec)
+		require.NoError(t, err)
+		require.NotNil(t, claim.Tx)
+		return rec, claim
 	}
-	// A clean failure ends its attempt; a commit ends them all.
-	rec := inbox.Record{Consumer: "billing", Key: "order-1", Attempt: "attempt-clean"}
-	claim, err := store.Claim(ctx, rec)
-	require.NoError(t, err)
-	require.Equal(t, 3, claim.Unfinished)
-	require.NoError(t, claim.Tx.Rollback(ctx))
-	require.NoError(t, store.EndAttempt(ctx, rec))
-	require.NoError(t, store.EndAttempt(ctx, rec), "a resent end")
-	rec.Attempt = "attempt-commit"
-	claim, err = store.Claim(ctx, rec)
-	require.NoError(t, err)
-	require.Equal(t, 3, claim.Unfinished, "the clean failure is not counted, and its lease was dropped at once")
-	require.NoError(t, claim.Tx.Commit(ctx, nil))
+	for want := range 3 {
+		_, first := claim(fmt.Sprint("died-", want))
+		_, again := claim(fmt.Sprint("died-", want)) // the same claim sent again
+		require.Equal(t, want, first.Unfinished)
+		require.Equal(t, want, again.Unfinished, "a claim sent again starts its attempt once")
+		require.NoError(t, again.Tx.Abandon(ctx))
+	}
+
+	_, clean := claim("clean")
+	require.Equal(t, 3, clean.Unfinished)
+	require.NoError(t, clean.Tx.Rollback(ctx))
+
+	lost, c := claim("lost") // its answer never reached the caller
+	require.Equal(t, 3, c.Unfinished, "the rollback ended its attempt")
+	require.NoError(t, store.EndAttempt(ctx, lost))
+	require.NoError(t, store.EndAttempt(ctx, lost), "an end sent again")
+
+	_, last := claim("commit")
+	require.Equal(t, 3, last.Unfinished, "EndAttempt ended the attempt and dropped its lease")
+	require.NoError(t, last.Tx.Commit(ctx, nil))
 	started := store.Config().Prefix + "s:{t}:7:billing:order-1"
 	require.Zero(t, client.Exists(ctx, started).Val(), "the commit ended every attempt of the key")
 }

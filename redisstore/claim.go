@@ -16,7 +16,9 @@ import (
 // Claim implements inbox.Store. It sends one pipeline of plain commands (one round trip,
 // no script): SET the lease key NX with PX Config.Lease (GET returns a lease held
 // already), read the committed key, and bump the fencing counter; with rec.Attempt set,
-// the start script records the attempt once the lease is this delivery's. A committed
+// the start script, in the same pipeline, starts the attempt once the lease is this
+// delivery's, so that duplicates and deliveries waiting on the key start none, and
+// reports the attempts that died (inbox.Claim.Unfinished). A committed
 // key is a duplicate; a lease another delivery holds makes it wait, blocked on the key's
 // release list, for that delivery to commit or release, or for the lease to expire, at
 // most Config.Wait.
@@ -25,8 +27,8 @@ func (s *Store) Claim(ctx context.Context, rec inbox.Record) (inbox.Claim, error
 	if err := s.checkTag(k); err != nil {
 		return inbox.Claim{}, err
 	}
-	// The lease token is the attempt's when attempts are counted, so that EndAttempt can
-	// drop the lease a rollback kept for it.
+	// The lease token is the attempt's when attempts are counted, so that EndAttempt
+	// drops the lease of a claim whose reply was lost.
 	token := rec.Attempt
 	if token == "" {
 		token = randomToken()

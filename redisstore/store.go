@@ -40,11 +40,6 @@ var (
 // the claim: a message processed without a claim (Redis unreachable) read none.
 const anyGeneration = "*"
 
-// endGrace bounds how long a rolled-back delivery whose attempt is counted keeps its
-// lease for its EndAttempt (see Tx.Rollback): one round trip in a healthy process, and
-// the time a redelivery waits after a panic that nothing ended.
-const endGrace = time.Second
-
 // maxBlock bounds one BLPOP of a waiting duplicate, below go-redis's default 3s read
 // timeout (a BLPOP sent with Process gets no longer read deadline); the wait then goes
 // on with another claim attempt and another BLPOP.
@@ -96,15 +91,11 @@ func (s *Store) ClaimIn(context.Context, any, inbox.Record) (inbox.Claim, error)
 	return inbox.Claim{}, fmt.Errorf("redisstore: %w: remove the transaction from the message context (inbox.ContextWithTx)", ErrNoJoin)
 }
 
-// StartAttempt implements inbox.Store and sends nothing: Claim records the attempt
-// (rec.Attempt) once the key's lease is this delivery's, in the claim pipeline, so that
-// deliveries waiting on the key are not counted (see lua/start.lua).
-func (s *Store) StartAttempt(context.Context, inbox.Record) error { return nil }
-
 // EndAttempt implements inbox.Store: it removes the attempt's token from the key's
-// started attempts and drops the lease the attempt may still hold after a rollback (see
-// Tx.Rollback), waking the waiters. A resend, or the end of an attempt never recorded,
-// changes nothing. A commit ends every attempt of the key.
+// started attempts and, if the attempt still holds the key's lease (a claim whose reply
+// was lost), drops it and wakes the waiters. A resend, or the end of an attempt never
+// recorded, changes nothing. Tx.Commit ends every attempt of the key, and Tx.Rollback
+// its own.
 func (s *Store) EndAttempt(ctx context.Context, rec inbox.Record) error {
 	k := s.keys(rec.Consumer, rec.Key) // the key as Claim got it
 	err := endScript.Run(ctx, s.client, []string{k.name(kindAttempts), k.name(kindLease), k.name(kindWaiters), k.name(kindRelease)},

@@ -159,25 +159,26 @@ func commandErrors(res []any) error {
 		ErrCommandFailed, strings.Join(failed, "; "))
 }
 
-// Rollback implements inbox.Tx: it drops the queued commands and releases the lease if
-// this delivery still holds it, waking the waiting duplicates, even when ctx is
-// cancelled. After a commit it does nothing. When the delivery's attempt is counted
-// (MaxAttempts), the lease is kept for a grace of at most a second, for the EndAttempt
-// that follows a clean failure, which drops it: a waiter that claimed the key in
-// between would count the clean failure as an attempt that died.
-func (t *Tx) Rollback(ctx context.Context) error {
+// Rollback implements inbox.Tx: it drops the queued commands and, in one script, releases
+// the lease if this delivery still holds it, ends the delivery's attempt (MaxAttempts:
+// a clean failure is never counted) and wakes the waiting duplicates, even when ctx is
+// cancelled. After a commit it does nothing.
+func (t *Tx) Rollback(ctx context.Context) error { return t.release(ctx, t.rec.Attempt) }
+
+// Abandon implements inbox.Tx: Rollback, leaving the delivery's attempt unfinished, so
+// that it counts as one that died (the handler panicked).
+func (t *Tx) Abandon(ctx context.Context) error { return t.release(ctx, "") }
+
+func (t *Tx) release(ctx context.Context, attempt string) error {
 	t.Pipeliner.Discard()
 	if t.finished || t.degraded {
 		return nil
 	}
 	t.finished = true
 	ctx = context.WithoutCancel(ctx)
-	var grace time.Duration
-	if t.rec.Attempt != "" {
-		grace = min(endGrace, t.store.cfg.Lease)
-	}
-	err := releaseScript.Run(ctx, t.store.client, []string{t.keys.name(kindLease), t.keys.name(kindWaiters), t.keys.name(kindRelease)},
-		t.token, ms(t.store.cfg.Lease), ms(grace)).Err()
+	err := releaseScript.Run(ctx, t.store.client,
+		[]string{t.keys.name(kindLease), t.keys.name(kindWaiters), t.keys.name(kindRelease), t.keys.name(kindAttempts)},
+		t.token, ms(t.store.cfg.Lease), attempt).Err()
 	if err != nil {
 		return fmt.Errorf("redisstore: releasing the lease (it expires after Config.Lease): %w", err)
 	}
