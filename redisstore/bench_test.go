@@ -147,3 +147,21 @@ func TestCheckThenSetRace(t *testing.T) {
 	require.Zero(t, redisDoubles(t, 8, 200, false))
 	t.Logf("8 workers × 200 keys through the inbox in %v; check-then-set doubles: %d", time.Since(start), redisDoubles(t, 8, 200, true))
 }
+
+// BenchmarkMaxAttempts: the inbox with MaxAttempts against the inbox without it, 1
+// worker (ratio: with over without). The claim pipeline starts the attempt and the
+// commit ends it, so counting adds no round trip, only the start script's server time.
+func BenchmarkMaxAttempts(b *testing.B) {
+	plain := newRedisTarget(b)
+	counting := newRedisTarget(b)
+	store, err := redisstore.New(counting.client, redisstore.Config{Prefix: counting.prefix})
+	require.NoError(b, err)
+	counting.ib, err = inbox.New(inbox.Config{Store: store, Consumer: "bench", MaxAttempts: 3})
+	require.NoError(b, err)
+	b.ResetTimer()
+	ab, err := benchload.Paired(context.Background(), 1, b.N, 0, plain.withInbox, counting.withInbox)
+	require.NoError(b, err)
+	b.ReportMetric(ab.A.Rate(), "without/s")
+	b.ReportMetric(ab.B.Rate(), "with/s")
+	b.ReportMetric(ab.Ratio(), "ratio")
+}

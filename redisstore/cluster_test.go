@@ -164,6 +164,11 @@ func TestCluster(t *testing.T) {
 		require.Zero(t, client.Exists(ctx, other).Val())
 	})
 
+	t.Run("Subcommands", func(t *testing.T) {
+		t.Parallel()
+		exerciseSubcommands(t, client, redisstore.Config{})
+	})
+
 	t.Run("HashTagPutsTheInboxInTheHandlersSlot", func(t *testing.T) {
 		t.Parallel()
 		account := func(_, key string) string { return strings.SplitN(key, "/", 2)[0] }

@@ -37,28 +37,60 @@
 // and a commit needs the lease, so a key found uncommitted stays so while the lease
 // lasts. Commit runs one Lua script that checks the lease, runs the queued commands,
 // stores the key (expiring after Config.Retention) and drops the lease. A first delivery
-// costs 2 round trips, a duplicate 1 (MaxAttempts adds one).
+// costs 2 round trips, a duplicate 1, with or without MaxAttempts.
 //
-// A concurrent duplicate waits without polling: it counts itself as a waiter, checks
-// again, and blocks (BLPOP, holding a pool connection) on the key's release list, which
-// the commit or rollback fills with one entry per waiter; a lease that expires (its
-// holder died) ends the BLPOP too. It then claims again: a duplicate if the other
-// committed, a claim if it rolled back or died. Past Config.Wait it returns
-// inbox.ErrContended and the message is nacked.
+// A concurrent duplicate waits without polling: it adds itself to the key's waiters (a
+// set, so it counts once however often it waits again), checks again, and blocks
+// (BLPOP, holding a pool connection) on the key's release list, which the commit or
+// rollback fills with one entry per waiter; a lease that expires (its holder died) ends
+// the BLPOP too. It then claims again: a duplicate if the other committed, a claim if it
+// rolled back or died. Past Config.Wait it returns inbox.ErrContended and the message
+// is nacked.
 //
 // A handler that outlives Config.Lease loses its claim: another delivery may take the
 // key and apply the effects, and then the late commit is refused (if none did, it
 // commits). Choose a lease longer than the slowest handler; effects outside Redis may
-// otherwise happen twice. The claim and the commit give the first run's answer when
-// go-redis resends them after a broken connection.
+// otherwise happen twice.
 //
 // Redis rolls nothing back: a queued command that fails while the commit runs (e.g.
 // WRONGTYPE) does not undo the others, and the key is stored with them
 // (ErrCommandFailed). Commands are checked against the server's command table first,
-// so unknown commands, wrong argument counts and commands Redis refuses in scripts are
-// refused before anything runs (ErrCommandRefused). The handler's queued commands have
-// no replies: read with the client itself (outside the transaction, so not isolated
-// from other writers).
+// subcommands (XGROUP CREATE, SCRIPT EXISTS, OBJECT ENCODING...) by their own entries,
+// so unknown commands, wrong argument counts, commands Redis refuses in scripts, and on
+// a Cluster keys outside the claim's slot, are refused before anything runs
+// (ErrCommandRefused, ErrCrossSlot); a command whose keys or flags cannot be determined
+// is refused, never guessed. The handler's queued commands have no replies: read with
+// the client itself (outside the transaction, so not isolated from other writers).
+//
+// # Attempts (inbox.Config.MaxAttempts)
+//
+// An attempt is started by the claim pipeline itself, only once the delivery holds the
+// lease and the key is not committed: a set of attempt tokens next to the key, which
+// expires with the claim, so it never outlives the key. Duplicates and waiting
+// duplicates start none. The claim counts the tokens other than its own: deliveries
+// that held the key and neither committed nor rolled back (their process died, their
+// handler panicked, or they outlived their lease). A commit ends every attempt of the
+// key, a rollback its own, in the same script that releases the key, so no waiter
+// counts a clean failure in between.
+//
+// # Every round trip is safe to resend
+//
+// go-redis sends a command again when the connection broke before it read the reply
+// (MaxRetries), and so may a user's retry: every command the store sends gives the
+// first run's answer when it ran already. The claim's SET NX GET finds its own token;
+// the attempt and the waiter are members of sets; the commit finds its token on the key
+// and returns what it did then, failed commands included; the release and EndAttempt
+// compare their token before acting; Forget finds its own token; the dedup check finds
+// its own token; Stats only reads. A resent BLPOP may lose one wake-up: the waiter then
+// claims again when its block ends (at most a second). See ADRs 65-69 in docs/adr.
+//
+// # Forget
+//
+// Forget deletes the key, its attempts and its lease, and records itself as the key's
+// generation: a delivery in flight claimed before it, so its commit is refused
+// (ErrLeaseLost, nothing applied), and the message's next delivery processes it. A user
+// who forgets a key wants the message processed again; a commit that started before
+// the Forget would store the key again and make that delivery a duplicate.
 //
 // # Redis Cluster
 //
@@ -88,7 +120,29 @@
 // ErrUnreachable, and the message is nacked, never processed without deduplication.
 // Config.DangerouslyProcessWithoutDedupWhenUnreachable is the opt-in for availability
 // over exactly-once: the handler runs without a claim, and each such message is logged
-// at error level.
+// at error level. Its commit is the same script as any commit, once Redis answers: it
+// applies nothing if another delivery committed the key or holds its lease meanwhile.
+//
+// # Watermill's Deduplicator
+//
+// NewExpiringKeyRepository is a Redis repository for middleware.Deduplicator, with the
+// Deduplicator's semantics (the key is kept even when the handler fails). Give the
+// Deduplicator a key factory that tells messages apart (the default hashes the
+// payload, so two messages with one body count as one) and a Timeout (Watermill raises
+// one below 5ms, the zero value included, to 5ms), which the repository holds even
+// with go-redis's default ContextTimeoutEnabled false:
+//
+//	repo, err := redisstore.NewExpiringKeyRepository(client, redisstore.DedupConfig{Window: 24 * time.Hour})
+//	dedup := middleware.Deduplicator{
+//		KeyFactory: func(msg *message.Message) (string, error) { return msg.UUID, nil },
+//		Repository: repo,
+//		Timeout:    time.Second,
+//	}
+//	router.AddMiddleware(dedup.Middleware)
+//
+// A check that go-redis resends finds its own token and answers "new" again; a check
+// that gave up (the Timeout) is undone once its answer is in, so the nacked message's
+// redelivery is checked afresh.
 //
 // # Against the inbox's conformance suite
 //

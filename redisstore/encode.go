@@ -3,8 +3,6 @@ package redisstore
 import (
 	"context"
 	"fmt"
-	"slices"
-	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -27,22 +25,17 @@ func (s *Store) encode(ctx context.Context, k claimKeys, cmds []redis.Cmder) ([]
 	slot := Slot(k.name(kindClaim))
 	for i, cmd := range cmds {
 		args := cmd.Args()
-		name := strings.ToLower(fmt.Sprint(args[0]))
-		info, ok := table[name]
-		switch {
-		case !ok:
-			return nil, nil, fmt.Errorf("redisstore: command %d (%s): %w: the server does not know it", i+1, name, ErrCommandRefused)
-		case info.Arity > 0 && len(args) != int(info.Arity), info.Arity < 0 && len(args) < -int(info.Arity):
-			return nil, nil, fmt.Errorf("redisstore: command %d (%s): %w: %d arguments, the command takes %d (negative: at least)",
-				i+1, name, ErrCommandRefused, len(args), info.Arity)
-		case slices.Contains(info.Flags, "noscript"):
-			return nil, nil, fmt.Errorf("redisstore: command %d (%s): %w: Redis does not run it in a script; run it outside the inbox transaction",
-				i+1, name, ErrCommandRefused)
+		info, name, err := table.lookup(args)
+		if err == nil {
+			err = info.check(args)
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("redisstore: command %d (%s): %w", i+1, name, err)
 		}
 		if s.slots {
 			cmdKeys, err := s.commandKeys(ctx, info, args)
 			if err != nil {
-				return nil, nil, fmt.Errorf("redisstore: command %d (%s): finding its keys: %w", i+1, name, err)
+				return nil, nil, fmt.Errorf("redisstore: command %d (%s): %w", i+1, name, err)
 			}
 			for _, key := range cmdKeys {
 				if Slot(key) != slot {
@@ -56,27 +49,6 @@ func (s *Store) encode(ctx context.Context, k claimKeys, cmds []redis.Cmder) ([]
 		argv = append(argv, args...)
 	}
 	return argv, keys, nil
-}
-
-// commandKeys returns the keys among a command's arguments, from the command table's key
-// positions, or from COMMAND GETKEYS (a round trip) for a command whose keys move.
-func (s *Store) commandKeys(ctx context.Context, info *redis.CommandInfo, args []any) ([]string, error) {
-	if slices.Contains(info.Flags, "movablekeys") {
-		return s.client.CommandGetKeys(ctx, args...).Result()
-	}
-	first, last, step := int(info.FirstKeyPos), int(info.LastKeyPos), int(info.StepCount)
-	if first <= 0 {
-		return nil, nil
-	}
-	if last < 0 {
-		last += len(args)
-	}
-	last = min(last, len(args)-1)
-	var keys []string
-	for i := first; i <= last; i += max(step, 1) {
-		keys = append(keys, fmt.Sprint(args[i]))
-	}
-	return keys, nil
 }
 
 // runCommit runs the commit script: by SHA (loaded by Verify) with a fallback to EVAL,

@@ -13,29 +13,31 @@ import (
 // Errors the store returns, wrapped with what it was doing. Match them with errors.Is.
 // Each is permanent or transient, as inbox.Permanent reports (docs/errors.md).
 var (
-	// ErrLeaseLost means a commit was refused because the claim's lease had expired (the
-	// handler outlived Config.Lease) and another delivery took the key. Nothing the
-	// handler queued was applied; the message is nacked and its redelivery is a
-	// duplicate or processes once. Transient.
-	ErrLeaseLost = errors.New("the claim's lease expired before the commit")
+	// ErrLeaseLost means a commit was refused, nothing the handler queued applied,
+	// because another delivery took the key (the handler outlived Config.Lease) or
+	// committed it, or Forget deleted the key since the claim. Transient: the message is
+	// nacked, and its redelivery is a duplicate or processes once.
+	ErrLeaseLost = errors.New("the claim was lost before the commit")
 
 	// ErrCrossSlot means a command the handler queued touches a key outside the claim's
 	// Redis Cluster hash slot, which one script cannot reach atomically. Nothing was
-	// applied. Put Tx.Tag() in the handler's keys, or choose Config.HashTag so that the
-	// inbox keys carry the tag the handler's keys already have. Permanent (inbox.MarkPermanent).
+	// applied. Permanent: every delivery queues the same commands. Put Tx.Tag() in the
+	// handler's keys, or choose Config.HashTag so that the inbox keys carry the tag the
+	// handler's keys already have.
 	ErrCrossSlot = inbox.MarkPermanent(errors.New("a handler key is outside the claim's hash slot"))
 
 	// ErrCommandRefused means a command the handler queued was refused before anything
-	// was sent: unknown to the server, a wrong number of arguments, or a command Redis
-	// does not allow in a script (e.g. WATCH, MULTI, SUBSCRIBE). Nothing was applied.
-	// Permanent (inbox.MarkPermanent).
+	// was sent: unknown to the server (a subcommand included), a wrong number of
+	// arguments, a command Redis does not allow in a script (e.g. WATCH, MULTI,
+	// SUBSCRIBE, SCRIPT EXISTS, CONFIG GET), or one whose keys the server cannot name.
+	// Nothing was applied. Permanent: every delivery queues the same commands.
 	ErrCommandRefused = inbox.MarkPermanent(errors.New("a queued command was refused"))
 
 	// ErrCommandFailed means a command the handler queued failed while the commit ran
 	// (e.g. WRONGTYPE). Redis rolls nothing back: the other commands and the key were
 	// applied, so the redelivery is a duplicate; the failed command's effect is lost.
-	// Transient: the redelivery is acked as a duplicate.
-	ErrCommandFailed = errors.New("a queued command failed at commit")
+	// Permanent: retrying finds the key committed.
+	ErrCommandFailed = inbox.MarkPermanent(errors.New("a queued command failed at commit"))
 
 	// ErrNotReplicated means the commit was applied on the primary but fewer replicas
 	// than Config.Replicas acknowledged it within Config.ReplicaTimeout. The message is
@@ -49,7 +51,8 @@ var (
 	ErrUnreachable = errors.New("redis unreachable")
 
 	// ErrNoJoin is returned by ClaimIn: Redis has no transaction a caller could begin
-	// and hand to the inbox to join. Permanent (inbox.MarkPermanent).
+	// and hand to the inbox to join. Permanent: remove the transaction from the
+	// message context.
 	ErrNoJoin = inbox.MarkPermanent(errors.New("a Redis store cannot join a transaction from the context"))
 )
 

@@ -47,13 +47,20 @@ func ExampleTx_Tag() {
 	// Output: true
 }
 
-// Watermill's Deduplicator, shared by every instance through Redis.
+// Watermill's Deduplicator, shared by every instance through Redis. Set KeyFactory: the
+// default hashes the payload, so two messages with one body would count as one; the
+// message UUID tells them apart. Set Timeout: Watermill raises a Timeout below 5ms, the
+// zero value included, to 5ms, which the repository holds.
 func ExampleNewExpiringKeyRepository() {
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	repo, err := redisstore.NewExpiringKeyRepository(client, redisstore.DedupConfig{Window: 24 * time.Hour})
 	if err != nil {
 		panic(err)
 	}
-	dedup := middleware.Deduplicator{Repository: repo}
+	dedup := middleware.Deduplicator{
+		KeyFactory: func(msg *message.Message) (string, error) { return msg.UUID, nil },
+		Repository: repo,
+		Timeout:    time.Second,
+	}
 	_ = dedup.Middleware // router.AddMiddleware(dedup.Middleware)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/stretchr/testify/require"
 
+	"github.com/watermill-inbox/inbox"
 	"github.com/watermill-inbox/inbox/redisstore"
 )
 
@@ -164,7 +165,8 @@ func TestDedupRepository(t *testing.T) {
 
 	// Watermill's Deduplicator keeps the key even when the handler fails: the
 	// redelivery of a failed message is dropped, unlike the inbox's.
-	dedup := middleware.Deduplicator{KeyFactory: middleware.NewMessageHasherFromMetadataField("id"), Repository: repo}
+	// Timeout set: Watermill raises a zero Timeout to 5ms, which the repository holds.
+	dedup := middleware.Deduplicator{KeyFactory: middleware.NewMessageHasherFromMetadataField("id"), Repository: repo, Timeout: 10 * time.Second}
 	calls := 0
 	h := dedup.Middleware(func(*message.Message) ([]*message.Message, error) {
 		calls++
@@ -177,4 +179,30 @@ func TestDedupRepository(t *testing.T) {
 	_, err = h(msg)
 	require.NoError(t, err, "dropped as a duplicate")
 	require.Equal(t, 1, calls)
+}
+
+// A server that lost its script cache (a restart, SCRIPT FLUSH) gets each script again:
+// the claim pipeline, which carries the attempt script with MaxAttempts, is sent again
+// once the script is loaded, counting the attempt once.
+func TestScriptCacheFlushed(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t)
+	client := newClient(t, srv.addr())
+	store, err := redisstore.New(client, redisstore.Config{Prefix: testPrefix(t, client)})
+	require.NoError(t, err)
+	ib, err := inbox.New(inbox.Config{Store: store, Consumer: "billing", MaxAttempts: 1})
+	require.NoError(t, err)
+	counter := store.Config().Prefix + "counter"
+	ctx := context.Background()
+	for i, key := range []string{"order-1", "order-2", "order-2"} {
+		require.NoError(t, client.ScriptFlush(ctx).Err())
+		dup, err := ib.Process(ctx, "billing", key, func(ctx context.Context) error { return incr(ctx, counter) })
+		require.NoError(t, err)
+		require.Equal(t, i == 2, dup)
+	}
+	require.NoError(t, client.ScriptFlush(ctx).Err())
+	found, err := store.Forget(ctx, "billing", "order-2")
+	require.NoError(t, err)
+	require.True(t, found)
+	require.Equal(t, "2", client.Get(ctx, counter).Val())
 }

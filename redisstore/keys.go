@@ -11,20 +11,27 @@ import (
 // one slot and each script touches a single slot:
 //
 //	<prefix>c:{<tag>}:<n>:<consumer>:<key>   the claim: a hash of t (ms), f, o, k (the
-//	                                         lease token that committed) once committed;
-//	                                         n (fence counter) and w (waiters)
+//	                                         lease token that committed) and e (the
+//	                                         commands that failed) once committed; n
+//	                                         (fence counter); g and x (the last Forget's
+//	                                         token and answer)
 //	<prefix>l:{<tag>}:...                    the lease: the holder's random token, PX Lease
-//	<prefix>a:{<tag>}:...                    the attempt count (MaxAttempts)
+//	<prefix>s:{<tag>}:...                    the started attempts (MaxAttempts): a set of
+//	                                         attempt tokens, expiring with the claim
+//	<prefix>w:{<tag>}:...                    the waiting duplicates: a set of claim tokens
 //	<prefix>r:{<tag>}:...                    the release list waiters block on
 //
 // <n> is the consumer name's length in bytes, so that consumer "a:b" with key "c" and
 // consumer "a" with key "b:c" never share a key. The tag is Config.HashTag's result.
+// (Earlier versions kept an attempt counter at a: and a waiter count in the claim's
+// field w; both are ignored and expire.)
 
 // Key kinds.
 const (
 	kindClaim    = "c"
 	kindLease    = "l"
-	kindAttempts = "a"
+	kindAttempts = "s"
+	kindWaiters  = "w"
 	kindRelease  = "r"
 )
 

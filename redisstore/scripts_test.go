@@ -41,7 +41,7 @@ func TestScriptsAreIdempotentUnderRetries(t *testing.T) {
 	require.NoError(t, err)
 	k := s.keys("billing", "order-1")
 	claim := func(owner string) verdict {
-		v, err := s.tryClaim(ctx, k, owner, false)
+		v, err := s.tryClaim(ctx, k, owner, "", false)
 		require.NoError(t, err)
 		return v
 	}
@@ -52,13 +52,13 @@ func TestScriptsAreIdempotentUnderRetries(t *testing.T) {
 	require.Greater(t, again.fence, first.fence, "every claim bumps the fence")
 	require.Equal(t, "owner-a", claim("owner-b").held, "another owner finds it held")
 
-	tx := s.newTx(inbox.Record{Consumer: "billing", Key: "order-1"}, k, "owner-a", first.fence)
+	tx := s.newTx(inbox.Record{Consumer: "billing", Key: "order-1"}, k, "owner-a", first.fence, "")
 	tx.Incr(ctx, prefix+"counter")
 	cmds, _ := tx.Pipeliner.Exec(ctx)
 	argv, _, err := s.encode(ctx, k, cmds)
 	require.NoError(t, err)
-	args := append([]any{tx.token, ms(s.cfg.Retention), ms(s.cfg.Lease), nil, "0", nil, "0", len(cmds), 0}, argv...)
-	keys := []string{k.name(kindClaim), k.name(kindLease), k.name(kindRelease)}
+	args := append([]any{tx.token, ms(s.cfg.Retention), ms(s.cfg.Lease), nil, "0", nil, "0", len(cmds), 0, ""}, argv...)
+	keys := []string{k.name(kindClaim), k.name(kindLease), k.name(kindRelease), k.name(kindWaiters), k.name(kindAttempts)}
 	for range 2 {
 		res, err := s.runCommit(ctx, keys, args)
 		require.NoError(t, err)

@@ -6,13 +6,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"time"
 
 	_ "embed"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/watermill-inbox/inbox"
@@ -23,13 +21,24 @@ var (
 	commitLua string
 	//go:embed lua/release.lua
 	releaseLua string
-	//go:embed lua/attempt.lua
-	attemptLua string
+	//go:embed lua/start.lua
+	startLua string
+	//go:embed lua/forget.lua
+	forgetLua string
+	//go:embed lua/end.lua
+	endLua string
 
 	commitScript  = redis.NewScript(commitLua)
 	releaseScript = redis.NewScript(releaseLua)
-	attemptScript = redis.NewScript(attemptLua)
+	startScript   = redis.NewScript(startLua)
+	forgetScript  = redis.NewScript(forgetLua)
+	endScript     = redis.NewScript(endLua)
+	scripts       = []*redis.Script{commitScript, releaseScript, startScript, forgetScript, endScript}
 )
+
+// anyGeneration, as the generation a commit passes, skips the check for a Forget since
+// the claim: a message processed without a claim (Redis unreachable) read none.
+const anyGeneration = "*"
 
 // maxBlock bounds one BLPOP of a waiting duplicate, below go-redis's default 3s read
 // timeout (a BLPOP sent with Process gets no longer read deadline); the wait then goes
@@ -49,7 +58,7 @@ type Store struct {
 	block  time.Duration
 
 	mu       sync.Mutex
-	commands map[string]*redis.CommandInfo // from COMMAND, for checking queued commands
+	commands commandTable // from COMMAND, for checking queued commands
 }
 
 var _ inbox.Store = (*Store)(nil)
@@ -81,181 +90,42 @@ func New(client redis.UniversalClient, cfg Config) (*Store, error) {
 	return s, nil
 }
 
-// Claim implements inbox.Store. It sends one pipeline of plain commands (one round trip,
-// no script): SET the lease key NX with PX Config.Lease (GET returns a lease held
-// already), read the committed key, and bump the fencing counter. A committed key is a
-// duplicate; a lease another delivery holds makes it wait, blocked on the key's release
-// list, for that delivery to commit or release, or for the lease to expire, at most
-// Config.Wait.
-func (s *Store) Claim(ctx context.Context, rec inbox.Record) (inbox.Claim, error) {
-	k := s.keys(rec.Consumer, rec.Key)
-	if err := s.checkTag(k); err != nil {
-		return inbox.Claim{}, err
-	}
-	unfinished := 0
-	if rec.Attempt != "" {
-		n, err := s.attempt(ctx, rec.Consumer, rec.Key, "1")
-		if err != nil {
-			return inbox.Claim{}, fmt.Errorf("redisstore: counting the attempt: %w", err)
-		}
-		unfinished = n
-	}
-	token := randomToken()
-	start := time.Now()
-	for waiting := false; ; waiting = true {
-		v, err := s.tryClaim(ctx, k, token, waiting)
-		if err != nil {
-			return s.claimFailed(ctx, rec, k, err)
-		}
-		switch {
-		case v.done:
-			return inbox.Claim{Duplicate: true, Fingerprint: v.fingerprint, Output: v.output}, nil
-		case v.held == "" || v.held == token: // ours (or ours already: go-redis resent it)
-			return inbox.Claim{Tx: s.newTx(rec, k, token, v.fence), Unfinished: unfinished}, nil
-		}
-		if !waiting {
-			continue // count ourselves as a waiter, check again, then block
-		}
-		left := s.cfg.Wait - time.Since(start)
-		if left <= 0 {
-			return inbox.Claim{}, fmt.Errorf("redisstore: waited %v for the delivery holding the key's lease: %w (raise Config.Wait, or Config.Lease if handlers are slow)",
-				s.cfg.Wait, inbox.ErrContended)
-		}
-		block := min(left, s.block)
-		if v.ttl > 0 {
-			block = min(block, v.ttl+time.Millisecond) // a dead holder's lease expires
-		}
-		cmd := redis.NewStringSliceCmd(ctx, "blpop", k.name(kindRelease), strconv.FormatFloat(max(block.Seconds(), 0.001), 'f', 3, 64))
-		if err := s.client.Process(ctx, cmd); err != nil && !errors.Is(err, redis.Nil) {
-			return s.claimFailed(ctx, rec, k, err)
-		}
-	}
-}
-
-// verdict is what one claim pipeline found.
-type verdict struct {
-	done                bool
-	fingerprint, output []byte
-	held                string        // the lease token another delivery holds, "" if we took it
-	fence               int64         // the claim's fencing token
-	ttl                 time.Duration // the held lease's time left
-}
-
-// tryClaim sends the claim pipeline. The lease is set before the committed key is read: a
-// commit needs the lease, so a key found uncommitted after taking the lease stays so. A
-// waiting delivery first counts itself as a waiter, so that a release after this
-// pipeline wakes it.
-func (s *Store) tryClaim(ctx context.Context, k claimKeys, token string, waiting bool) (verdict, error) {
-	claimKey, lease := k.name(kindClaim), k.name(kindLease)
-	pipe := s.client.Pipeline()
-	if waiting {
-		pipe.HIncrBy(ctx, claimKey, "w", 1)
-	}
-	set := pipe.Do(ctx, "set", lease, token, "nx", "get", "px", ms(s.cfg.Lease))
-	done := pipe.HMGet(ctx, claimKey, "t", "f", "o")
-	fence := pipe.HIncrBy(ctx, claimKey, "n", 1)
-	pipe.Do(ctx, "pexpire", claimKey, ms(s.cfg.Retention), "nx") // a claim never committed expires too
-	var ttl *redis.DurationCmd
-	if waiting {
-		ttl = pipe.PTTL(ctx, lease)
-	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return verdict{}, err
-	}
-	var v verdict
-	if held, err := set.Text(); err == nil {
-		v.held = held
-	} else if !errors.Is(err, redis.Nil) {
-		return v, err
-	}
-	fields, err := done.Result()
-	if err != nil {
-		return v, err
-	}
-	if fields[0] != nil {
-		v.done, v.fingerprint, v.output = true, bulk(fields[1]), bulk(fields[2])
-		return v, nil
-	}
-	if v.fence, err = fence.Result(); err != nil {
-		return v, err
-	}
-	if ttl != nil {
-		v.ttl = ttl.Val()
-	}
-	return v, nil
-}
-
-// checkTag refuses a hash tag that would not keep the claim's keys in one slot.
-func (s *Store) checkTag(k claimKeys) error {
-	if k.tag == "" || containsBrace(k.tag) {
-		return fmt.Errorf("redisstore: Config.HashTag returned %q: return a non-empty tag without '{' or '}'", k.tag)
-	}
-	return nil
-}
-
-func containsBrace(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] == '{' || s[i] == '}' {
-			return true
-		}
-	}
-	return false
-}
-
-// claimFailed returns the error of a claim Redis did not answer, or, with
-// DangerouslyProcessWithoutDedupWhenUnreachable and an unreachable Redis, a claim that
-// lets the handler run without deduplication.
-func (s *Store) claimFailed(ctx context.Context, rec inbox.Record, k claimKeys, err error) (inbox.Claim, error) {
-	if !unreachable(err) {
-		return inbox.Claim{}, fmt.Errorf("redisstore: claiming the key: %w", err)
-	}
-	if !s.cfg.DangerouslyProcessWithoutDedupWhenUnreachable {
-		return inbox.Claim{}, fmt.Errorf("redisstore: claiming the key: %w, so the message is not processed: %w", ErrUnreachable, err)
-	}
-	s.cfg.Logger.Error("redisstore: Redis is unreachable: processing the message WITHOUT deduplication (DangerouslyProcessWithoutDedupWhenUnreachable)",
-		err, watermill.LogFields{"consumer": rec.Consumer, "key": rec.Key})
-	tx := s.newTx(rec, k, "", 0)
-	tx.degraded = true
-	return inbox.Claim{Tx: tx}, nil
-}
-
 // ClaimIn implements inbox.Store: it returns an error wrapping ErrNoJoin, as Redis has no
 // transaction a caller could hand over.
 func (s *Store) ClaimIn(context.Context, any, inbox.Record) (inbox.Claim, error) {
 	return inbox.Claim{}, fmt.Errorf("redisstore: %w: remove the transaction from the message context (inbox.ContextWithTx)", ErrNoJoin)
 }
 
-// EndAttempt implements inbox.Store: the attempt counter next to the key, which
-// expires with Config.Retention, goes down by one.
+// EndAttempt implements inbox.Store: it removes the attempt's token from the key's
+// started attempts and, if the attempt still holds the key's lease (a claim whose reply
+// was lost), drops it and wakes the waiters. A resend, or the end of an attempt never
+// recorded, changes nothing. Tx.Commit ends every attempt of the key, and Tx.Rollback
+// its own.
 func (s *Store) EndAttempt(ctx context.Context, rec inbox.Record) error {
-	if rec.Attempt == "" {
-		return nil
-	}
-	if _, err := s.attempt(ctx, rec.Consumer, rec.Key, "0"); err != nil {
+	k := s.keys(rec.Consumer, rec.Key) // the key as Claim got it
+	err := endScript.Run(ctx, s.client, []string{k.name(kindAttempts), k.name(kindLease), k.name(kindWaiters), k.name(kindRelease)},
+		rec.Attempt, ms(s.cfg.Lease)).Err()
+	if err != nil {
 		return fmt.Errorf("redisstore: ending the attempt: %w", err)
 	}
 	return nil
 }
 
-func (s *Store) attempt(ctx context.Context, consumer, key, start string) (int, error) {
-	k := s.keys(consumer, inbox.StorableKey(key))
-	n, err := attemptScript.Run(ctx, s.client, []string{k.name(kindAttempts)}, ms(s.cfg.Retention), start).Int()
-	return n, err
-}
-
-// Forget implements inbox.Store: it deletes the key (what its commit stored; the fence
-// counter stays, so fences keep growing), its attempt count and its lease, if any: a
-// delivery in flight then fails to commit (ErrLeaseLost) and its redelivery processes.
+// Forget implements inbox.Store: one script deletes the key (what its commit stored; the
+// fence counter stays, so fences keep growing), its started attempts and its lease, and
+// records the Forget as the claim's generation. A delivery in flight, which claimed
+// before the Forget, then fails to commit (ErrLeaseLost, nothing applied) and its
+// redelivery processes the message: a Forget is never undone by a commit that started
+// before it. A resent Forget returns the first run's answer.
 func (s *Store) Forget(ctx context.Context, consumer, key string) (bool, error) {
 	k := s.keys(consumer, inbox.StorableKey(key))
-	pipe := s.client.Pipeline()
-	done := pipe.HDel(ctx, k.name(kindClaim), "t", "f", "o", "k")
-	pipe.Del(ctx, k.name(kindAttempts))
-	pipe.Del(ctx, k.name(kindLease))
-	if _, err := pipe.Exec(ctx); err != nil {
+	found, err := forgetScript.Run(ctx, s.client,
+		[]string{k.name(kindClaim), k.name(kindLease), k.name(kindAttempts), k.name(kindWaiters), k.name(kindRelease)},
+		randomToken(), ms(s.cfg.Retention), ms(s.cfg.Lease)).Int()
+	if err != nil {
 		return false, fmt.Errorf("redisstore: forgetting the key: %w", err)
 	}
-	return done.Val() > 0, nil
+	return found == 1, nil
 }
 
 // PurgeBatch implements inbox.Store and does nothing: Redis expires keys after
@@ -271,7 +141,7 @@ func (s *Store) PurgeBatch(context.Context, time.Time, int) (inbox.Purged, error
 // returned, so the consumer starts.
 func (s *Store) Verify(ctx context.Context) error {
 	err := s.forEachPrimary(ctx, func(ctx context.Context, c redis.Cmdable) error {
-		for _, script := range []*redis.Script{commitScript, releaseScript, attemptScript} {
+		for _, script := range scripts {
 			if err := script.Load(ctx, c).Err(); err != nil {
 				return err
 			}
@@ -289,21 +159,6 @@ func (s *Store) Verify(ctx context.Context) error {
 		return fmt.Errorf("redisstore: checking Redis: %w", err)
 	}
 	return nil
-}
-
-// commandTable returns the server's command table, read once.
-func (s *Store) commandTable(ctx context.Context) (map[string]*redis.CommandInfo, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.commands != nil {
-		return s.commands, nil
-	}
-	cmds, err := s.client.Command(ctx).Result()
-	if err != nil {
-		return nil, err
-	}
-	s.commands = cmds
-	return cmds, nil
 }
 
 // forEachPrimary runs fn on every primary: the client itself unless it is a Cluster or

@@ -157,6 +157,20 @@ func TestRoundTrips(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, dup)
 	require.EqualValues(t, 1, hook.n.Load(), "a duplicate: the claim")
+
+	// With MaxAttempts the claim pipeline starts the attempt and the commit ends it.
+	counting, err := inbox.New(inbox.Config{Store: store, Consumer: "billing", MaxAttempts: 3})
+	require.NoError(t, err)
+	for _, want := range []struct {
+		dup   bool
+		trips int32
+	}{{false, 2}, {true, 1}} {
+		hook.n.Store(0)
+		dup, err = counting.Process(ctx, "billing", "order-2", handler)
+		require.NoError(t, err)
+		require.Equal(t, want.dup, dup)
+		require.EqualValues(t, want.trips, hook.n.Load(), "MaxAttempts adds no round trip (duplicate: %v)", dup)
+	}
 }
 
 func TestQueuedCommands(t *testing.T) {

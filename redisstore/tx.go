@@ -32,9 +32,10 @@ type Tx struct {
 	keys     claimKeys
 	token    string
 	fence    int64
-	degraded bool // Redis was unreachable at claim: no lease, no deduplication
-	ended    bool // the handler called Exec or Discard
-	finished bool // committed or rolled back
+	gen      string // the claim's generation (the last Forget's token), checked at commit
+	degraded bool   // Redis was unreachable at claim: no lease, no deduplication
+	ended    bool   // the handler called Exec or Discard
+	finished bool   // committed or rolled back
 }
 
 // collector is the client the Tx pipelines come from: its pipeline hook keeps the
@@ -57,8 +58,8 @@ func (collectHook) ProcessPipelineHook(redis.ProcessPipelineHook) redis.ProcessP
 	return func(context.Context, []redis.Cmder) error { return nil }
 }
 
-func (s *Store) newTx(rec inbox.Record, k claimKeys, token string, fence int64) *Tx {
-	return &Tx{Pipeliner: collector.Pipeline(), store: s, rec: rec, keys: k, token: token, fence: fence}
+func (s *Store) newTx(rec inbox.Record, k claimKeys, token string, fence int64, gen string) *Tx {
+	return &Tx{Pipeliner: collector.Pipeline(), store: s, rec: rec, keys: k, token: token, fence: fence, gen: gen}
 }
 
 // Fence returns the claim's fencing token: it grows with each claim of the key (within
@@ -107,8 +108,9 @@ func (t *Tx) TxPipeline() redis.Pipeliner { return t }
 func (t *Tx) Handle() any { return t }
 
 // Commit implements inbox.Tx: one script that checks the lease, runs the queued commands,
-// stores the key with fingerprint and output for Config.Retention, and wakes the
-// waiting duplicates; then, with Config.Replicas, WAIT in the same round trip.
+// stores the key with fingerprint and output for Config.Retention, ends the key's
+// attempts and wakes the waiting duplicates; then, with Config.Replicas, WAIT in the same
+// round trip. A resent commit returns the first run's answer, failed commands included.
 func (t *Tx) Commit(ctx context.Context, output []byte) error {
 	switch {
 	case t.ended:
@@ -120,90 +122,87 @@ func (t *Tx) Commit(ctx context.Context, output []byte) error {
 		return fmt.Errorf("redisstore: not committed: %w", err)
 	}
 	cmds, _ := t.Pipeliner.Exec(ctx) // the collector keeps them: nothing is sent
-	if t.degraded {
-		t.finished = true
-		return t.store.commitWithoutLease(ctx, t, cmds, output)
-	}
 	argv, keys, err := t.store.encode(ctx, t.keys, cmds)
 	if err != nil {
 		return err
 	}
 	s := t.store
 	args := append([]any{t.token, ms(s.cfg.Retention), ms(s.cfg.Lease),
-		t.rec.Fingerprint, flag(t.rec.Fingerprint != nil), output, flag(output != nil), len(cmds), time.Now().UnixMilli()}, argv...)
-	keys = append([]string{t.keys.name(kindClaim), t.keys.name(kindLease), t.keys.name(kindRelease)}, keys...)
+		t.rec.Fingerprint, flag(t.rec.Fingerprint != nil), output, flag(output != nil), len(cmds), time.Now().UnixMilli(), t.gen}, argv...)
+	keys = append([]string{t.keys.name(kindClaim), t.keys.name(kindLease), t.keys.name(kindRelease),
+		t.keys.name(kindWaiters), t.keys.name(kindAttempts)}, keys...)
 	res, err := s.runCommit(ctx, keys, args)
+	if t.degraded {
+		t.finished = true
+		return s.degradedCommitted(t, len(cmds), res, err)
+	}
 	if err != nil {
 		return fmt.Errorf("redisstore: committing: %w", err)
 	}
 	t.finished = true
 	if status, _ := res[0].(int64); status == 0 {
-		return fmt.Errorf("redisstore: commit refused, nothing applied: another delivery took the key (raise Config.Lease above the slowest handler): %w", ErrLeaseLost)
+		return fmt.Errorf("redisstore: commit refused, nothing applied: another delivery took the key (raise Config.Lease above the slowest handler), or Forget deleted it since the claim: %w", ErrLeaseLost)
 	}
-	if len(res) > 1 {
-		failed := make([]string, 0, len(res)-1)
-		for _, r := range res[1:] {
-			failed = append(failed, fmt.Sprint(r))
-		}
-		return fmt.Errorf("redisstore: key committed, but %w (Redis rolls nothing back; the others were applied): %s",
-			ErrCommandFailed, strings.Join(failed, "; "))
-	}
-	return nil
+	return commandErrors(res)
 }
 
-// Rollback implements inbox.Tx: it drops the queued commands and releases the lease if
-// this delivery still holds it, waking the waiting duplicates, even when ctx is
-// cancelled, and ends the attempt. After a commit it does nothing.
-func (t *Tx) Rollback(ctx context.Context) error { return t.rollback(ctx, true) }
+// commandErrors returns the error of a commit whose queued commands failed at run time.
+func commandErrors(res []any) error {
+	if len(res) < 2 {
+		return nil
+	}
+	failed := make([]string, 0, len(res)-1)
+	for _, r := range res[1:] {
+		failed = append(failed, fmt.Sprint(r))
+	}
+	return fmt.Errorf("redisstore: key committed, but %w (Redis rolls nothing back; the others were applied): %s",
+		ErrCommandFailed, strings.Join(failed, "; "))
+}
 
-// Abandon implements inbox.Tx: Rollback, leaving the attempt unfinished.
-func (t *Tx) Abandon(ctx context.Context) error { return t.rollback(ctx, false) }
+// Rollback implements inbox.Tx: it drops the queued commands and, in one script, releases
+// the lease if this delivery still holds it, ends the delivery's attempt (MaxAttempts:
+// a clean failure is never counted) and wakes the waiting duplicates, even when ctx is
+// cancelled. After a commit it does nothing.
+func (t *Tx) Rollback(ctx context.Context) error { return t.release(ctx, t.rec.Attempt) }
 
-func (t *Tx) rollback(ctx context.Context, end bool) error {
+// Abandon implements inbox.Tx: Rollback, leaving the delivery's attempt unfinished, so
+// that it counts as one that died (the handler panicked).
+func (t *Tx) Abandon(ctx context.Context) error { return t.release(ctx, "") }
+
+func (t *Tx) release(ctx context.Context, attempt string) error {
 	t.Pipeliner.Discard()
 	if t.finished || t.degraded {
 		return nil
 	}
 	t.finished = true
 	ctx = context.WithoutCancel(ctx)
-	err := releaseScript.Run(ctx, t.store.client, []string{t.keys.name(kindClaim), t.keys.name(kindLease), t.keys.name(kindRelease)},
-		t.token, ms(t.store.cfg.Lease)).Err()
+	err := releaseScript.Run(ctx, t.store.client,
+		[]string{t.keys.name(kindLease), t.keys.name(kindWaiters), t.keys.name(kindRelease), t.keys.name(kindAttempts)},
+		t.token, ms(t.store.cfg.Lease), attempt).Err()
 	if err != nil {
-		err = fmt.Errorf("redisstore: releasing the lease (it expires after Config.Lease): %w", err)
+		return fmt.Errorf("redisstore: releasing the lease (it expires after Config.Lease): %w", err)
 	}
-	if end {
-		err = errors.Join(err, t.store.EndAttempt(ctx, t.rec))
-	}
-	return err
+	return nil
 }
 
-// commitWithoutLease applies what a handler run without deduplication queued, with its
-// key, in MULTI/EXEC. While Redis is still unreachable a handler that queued nothing is
+// degradedCommitted reports the commit of a message processed without a claim (Redis
+// was unreachable): the same script as any commit, with a token of its own, so it is
+// safe to resend and applies nothing when another delivery committed the key or holds
+// its lease meanwhile. While Redis is still unreachable a handler that queued nothing is
 // let through (logged); one that queued commands fails, so that they are not lost.
-func (s *Store) commitWithoutLease(ctx context.Context, t *Tx, cmds []redis.Cmder, output []byte) error {
-	pipe := s.client.TxPipeline()
-	for _, c := range cmds {
-		_ = pipe.Process(ctx, redis.NewCmd(ctx, c.Args()...))
-	}
-	fields := []any{"t", time.Now().UnixMilli()}
-	if t.rec.Fingerprint != nil {
-		fields = append(fields, "f", t.rec.Fingerprint)
-	}
-	if output != nil {
-		fields = append(fields, "o", output)
-	}
-	pipe.HSet(ctx, t.keys.name(kindClaim), fields...)
-	pipe.PExpire(ctx, t.keys.name(kindClaim), s.cfg.Retention)
-	_, err := pipe.Exec(ctx)
+func (s *Store) degradedCommitted(t *Tx, queued int, res []any, err error) error {
 	switch {
-	case err == nil:
-		return nil
-	case len(cmds) == 0 && unreachable(err):
+	case err != nil && queued == 0 && unreachable(err):
 		s.cfg.Logger.Error("redisstore: Redis is unreachable: processed the message WITHOUT deduplication and could not store its key",
 			err, watermill.LogFields{"consumer": t.rec.Consumer, "key": t.rec.Key})
 		return nil
+	case err != nil:
+		return fmt.Errorf("redisstore: applying the commands of a message processed without deduplication: %w", err)
 	}
-	return fmt.Errorf("redisstore: applying the commands of a message processed without deduplication: %w", err)
+	if status, _ := res[0].(int64); status == 0 {
+		return fmt.Errorf("redisstore: a message processed without deduplication (Redis was unreachable at its claim) is not committed, nothing applied: another delivery committed the key or holds its lease: %w", ErrLeaseLost)
+	}
+	return commandErrors(res)
 }
 
 func flag(b bool) string {
