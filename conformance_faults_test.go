@@ -49,6 +49,9 @@ type faultCase struct {
 	// failing makes the handler fail cleanly in the deliveries that carry a fault, so that
 	// those deliveries roll back and end their attempt (attempt-end's step).
 	failing bool
+	// careless makes the handler ignore its statement's error and return nil, so that the
+	// commit meets the broken connection.
+	careless bool
 	// copies is the number of concurrent deliveries of the message, 1 for none.
 	copies int
 }
@@ -60,6 +63,9 @@ func (c faultCase) name() string {
 	}
 	if c.failing {
 		name += "/HandlerFails"
+	}
+	if c.careless {
+		name += "/HandlerIgnoresItsError"
 	}
 	if c.copies > 1 {
 		name += fmt.Sprintf("/%dConcurrentCopies", c.copies)
@@ -84,6 +90,7 @@ func faultCases(steps map[faultStep]netfault.Step) []faultCase {
 			add(faultCase{step: step, mode: mode, maxAttempts: faultAxisMaxAttempts, failing: true, copies: 1})
 		}
 		add(faultCase{step: stepAttemptStart, mode: mode, maxAttempts: faultAxisMaxAttempts, copies: 1})
+		add(faultCase{step: stepHandler, mode: mode, careless: true, copies: 1})
 		for _, step := range []faultStep{stepClaim, stepHandler, stepOutput, stepCommit, stepAttemptStart} {
 			add(faultCase{step: step, mode: mode, maxAttempts: faultAxisMaxAttempts, copies: 3})
 		}
@@ -133,7 +140,7 @@ func (r *faultRun) deliver(ib *inbox.Inbox, fails bool) (out []*message.Message,
 	msg := message.NewMessage(r.key, []byte(`{"amount":1}`))
 	out, err = ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
 		r.calls.Add(1)
-		if err := r.fx.ledger.credit(msg.Context(), 1); err != nil {
+		if err := r.fx.ledger.credit(msg.Context(), 1); err != nil && !r.c.careless {
 			return nil, err
 		}
 		if fails {
@@ -170,8 +177,12 @@ func (r *faultRun) untilAcked(ib *inbox.Inbox, copy int, faulted int, faults cha
 				return nil
 			}
 		}
-		if errors.Is(err, inbox.ErrTooManyAttempts) {
+		switch {
+		case errors.Is(err, inbox.ErrTooManyAttempts):
 			r.t.Errorf("copy %d, delivery %d: a healthy message refused: %v", copy, delivery, err)
+			return nil
+		case errors.Is(err, inbox.ErrTxDone):
+			r.t.Errorf("copy %d, delivery %d: a broken connection reported as a handler that ended the transaction: %v", copy, delivery, err)
 			return nil
 		}
 		if err == nil {
