@@ -32,6 +32,12 @@ import (
 // broken connection, a deadlock among waiters).
 const faultAxisDeliveries = 6
 
+// faultAxisDeliveryTime bounds one delivery, as a broker's ack deadline does: a
+// delivery still running then has its context ended, is nacked and comes again. It is
+// longer than any wait the servers impose (a lock wait, Vitess's 30 s transaction
+// killer), so a delivery meets it only when a server never answers, which the run logs.
+const faultAxisDeliveryTime = time.Minute
+
 // faultAxisMaxAttempts is the MaxAttempts of the runs that count attempts: with one
 // fault on each of this many deliveries, the next one must still be processed.
 const faultAxisMaxAttempts = 2
@@ -137,7 +143,15 @@ type faultRun struct {
 // deliver runs the message through an inbox over store, as a Router would; fails says
 // whether the handler fails cleanly this time.
 func (r *faultRun) deliver(ib *inbox.Inbox, fails bool) (out []*message.Message, dup bool, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), faultAxisDeliveryTime)
+	defer cancel()
+	defer func() {
+		if ctx.Err() != nil {
+			r.t.Logf("a delivery ran past its %v deadline (a server did not answer): nacked, it comes again: %v", faultAxisDeliveryTime, err)
+		}
+	}()
 	msg := message.NewMessage(r.key, []byte(`{"amount":1}`))
+	msg.SetContext(ctx)
 	out, err = ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
 		r.calls.Add(1)
 		if err := r.fx.ledger.credit(msg.Context(), 1); err != nil && !r.c.careless {
