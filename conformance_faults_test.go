@@ -171,11 +171,11 @@ func (r *faultRun) inbox(store inbox.Store) *inbox.Inbox {
 
 // untilAcked delivers the message through ib until it is acked, with a fault armed on
 // each of the first faulted deliveries; it sends the faults that struck to faults.
-func (r *faultRun) untilAcked(ib *inbox.Inbox, copy int, faulted int, faults chan<- *netfault.Fault) []*message.Message {
+func (r *faultRun) untilAcked(ib *inbox.Inbox, copyN int, faulted int, faults chan<- *netfault.Fault) []*message.Message {
 	step := r.fx.faults.steps[r.c.step]
 	for delivery := 1; ; delivery++ {
 		if delivery > faultAxisDeliveries {
-			r.t.Errorf("copy %d: still not acked after %d deliveries", copy, faultAxisDeliveries)
+			r.t.Errorf("copy %d: still not acked after %d deliveries", copyN, faultAxisDeliveries)
 			return nil
 		}
 		var f *netfault.Fault
@@ -193,17 +193,17 @@ func (r *faultRun) untilAcked(ib *inbox.Inbox, copy int, faulted int, faults cha
 		}
 		switch {
 		case errors.Is(err, inbox.ErrTooManyAttempts):
-			r.t.Errorf("copy %d, delivery %d: a healthy message refused: %v", copy, delivery, err)
+			r.t.Errorf("copy %d, delivery %d: a healthy message refused: %v", copyN, delivery, err)
 			return nil
 		case errors.Is(err, inbox.ErrTxDone):
-			r.t.Errorf("copy %d, delivery %d: a broken connection reported as a handler that ended the transaction: %v", copy, delivery, err)
+			r.t.Errorf("copy %d, delivery %d: a broken connection reported as a handler that ended the transaction: %v", copyN, delivery, err)
 			return nil
 		}
 		if err == nil {
-			r.t.Logf("copy %d: acked at delivery %d (duplicate: %v)", copy, delivery, dup)
+			r.t.Logf("copy %d: acked at delivery %d (duplicate: %v)", copyN, delivery, dup)
 			return out
 		}
-		r.t.Logf("copy %d: delivery %d nacked: %v", copy, delivery, err)
+		r.t.Logf("copy %d: delivery %d nacked: %v", copyN, delivery, err)
 	}
 }
 
