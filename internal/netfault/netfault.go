@@ -46,6 +46,7 @@ const (
 	RESP
 )
 
+// String returns the protocol's name.
 func (p Protocol) String() string {
 	switch p {
 	case Postgres:
@@ -70,6 +71,7 @@ const (
 	BeforeSend
 )
 
+// String returns the mode's name, as the fault axis's test names use it.
 func (m Mode) String() string {
 	switch m {
 	case AfterReply:

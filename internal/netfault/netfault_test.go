@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"os"
 	"syscall"
 	"testing"
@@ -233,5 +232,5 @@ func TestRESP(t *testing.T) {
 	require.NoError(t, client(-1).Incr(ctx, key+":b").Err())
 	require.False(t, f.HasFired())
 	require.False(t, in.Disarm(f))
-	require.NoError(t, in.Err(), fmt.Sprint("every reply followed"))
+	require.NoError(t, in.Err(), "every reply followed")
 }
