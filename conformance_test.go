@@ -431,6 +431,7 @@ func exerciseStore(t *testing.T, f storeFlavour) {
 
 	exerciseCombinations(t, f)
 	exerciseAttempts(t, f)
+	exerciseFaultAxis(t, f)
 
 	t.Run("MissingTableFailsNew", func(t *testing.T) {
 		if f.caps.noSchema {

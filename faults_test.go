@@ -1,16 +1,11 @@
 package inbox_test
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"os"
-	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/watermill-inbox/inbox"
+	"github.com/watermill-inbox/inbox/internal/netfault"
 )
 
 // Database faults: the connection of the inbox transaction dies mid-handler, while idle
@@ -31,10 +27,11 @@ import (
 
 // faultDB is one database under the fault tests, on tables of its own.
 type faultDB struct {
-	// direct is the store on an ordinary pool; proxied is the same store through proxy.
-	direct, proxied inbox.Store
-	proxy           *faultProxy
-	ledger          ledger
+	// direct is the store on an ordinary pool; faulty is the same store on connections
+	// dialled through net.
+	direct, faulty inbox.Store
+	net            *netfault.Injector
+	ledger         ledger
 	// connID returns the server's id of the inbox transaction's connection, from inside
 	// the handler.
 	connID func(ctx context.Context) (int64, error)
@@ -42,8 +39,8 @@ type faultDB struct {
 	kill func(t *testing.T, id int64)
 	// oneConn returns a store over a pool of one open connection, and that connection's id.
 	oneConn func(t *testing.T) (inbox.Store, int64)
-	// begin and commit are bytes found only in the client's BEGIN and COMMIT messages.
-	begin, commit []byte
+	// begin and commit are the client's BEGIN and the inbox transaction's COMMIT.
+	begin, commit netfault.Step
 }
 
 func faultBackends() []struct {
@@ -75,12 +72,8 @@ func openPgFaultDB(t *testing.T) faultDB {
 		require.NoError(t, err)
 		return p, store
 	}
-	cfg, err := pgxpool.ParseConfig(postgresDSN())
-	require.NoError(t, err)
-	f.proxy = newFaultProxy(t, net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))))
-	_, f.proxied = newPool(t, func(cfg *pgxpool.Config) {
-		cfg.ConnConfig.Host, cfg.ConnConfig.Port = f.proxy.host, f.proxy.port
-	})
+	f.net = netfault.New(netfault.Postgres)
+	_, f.faulty = newPool(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.DialFunc = f.net.DialContext })
 	f.connID = func(ctx context.Context) (int64, error) {
 		tx, ok := inbox.TxFromContext[pgx.Tx](ctx)
 		if !ok {
@@ -101,8 +94,11 @@ func openPgFaultDB(t *testing.T) faultDB {
 		require.NoError(t, p.QueryRow(context.Background(), `SELECT pg_backend_pid()`).Scan(&pid))
 		return store, pid
 	}
-	// pgx sends "begin isolation level read committed" and "commit" (NUL-terminated).
-	f.begin, f.commit = []byte("begin isolation level"), []byte("commit\x00")
+	// pgx sends "begin isolation level read committed" (the store folds the key's INSERT
+	// into that query) and "commit".
+	claim := netfault.Contains("INSERT INTO " + pgx.Identifier{table}.Sanitize() + " (")
+	f.begin = netfault.Step{Match: netfault.HasPrefix("begin isolation level")}
+	f.commit = netfault.Step{Match: netfault.Equal("commit"), After: claim}
 	return f
 }
 
@@ -111,10 +107,8 @@ func openMySQLFaultDB(t *testing.T, db *sql.DB, dsn string) faultDB {
 	f := faultDB{direct: newMySQLStore(t, db, inbox.MySQLConfig{Table: table}), ledger: newSQLLedger(t, db, true)}
 	cfg, err := mysql.ParseDSN(dsn)
 	require.NoError(t, err)
-	newDB := func(t *testing.T, addr string, maxConns int) (*sql.DB, inbox.Store) {
-		c := cfg.Clone()
-		c.Addr = addr
-		d, err := sql.Open("mysql", c.FormatDSN())
+	newDB := func(t *testing.T, dsn string, maxConns int) (*sql.DB, inbox.Store) {
+		d, err := sql.Open("mysql", dsn)
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = d.Close() })
 		d.SetMaxOpenConns(maxConns)
@@ -122,8 +116,8 @@ func openMySQLFaultDB(t *testing.T, db *sql.DB, dsn string) faultDB {
 		require.NoError(t, err)
 		return d, store
 	}
-	f.proxy = newFaultProxy(t, cfg.Addr)
-	_, f.proxied = newDB(t, f.proxy.addr, 0)
+	f.net = netfault.New(netfault.MySQL)
+	_, f.faulty = newDB(t, mysqlDialDSN(t, cfg.FormatDSN(), f.net.DialContext), 0)
 	f.connID = func(ctx context.Context) (int64, error) {
 		tx, ok := inbox.TxFromContext[*sql.Tx](ctx)
 		if !ok {
@@ -154,119 +148,16 @@ func openMySQLFaultDB(t *testing.T, db *sql.DB, dsn string) faultDB {
 		}
 	}
 	f.oneConn = func(t *testing.T) (inbox.Store, int64) {
-		d, store := newDB(t, cfg.Addr, 1)
+		d, store := newDB(t, cfg.FormatDSN(), 1)
 		var id int64
 		require.NoError(t, d.QueryRow(`SELECT CONNECTION_ID()`).Scan(&id))
 		return store, id
 	}
-	// go-sql-driver/mysql sends "START TRANSACTION", and COMMIT as a COM_QUERY (0x03)
-	// packet of its own ("READ COMMITTED" in the isolation statement is not one).
-	f.begin, f.commit = []byte("START TRANSACTION"), []byte("\x03COMMIT")
+	// go-sql-driver/mysql sends "START TRANSACTION" and "COMMIT".
+	claim := netfault.Contains("INSERT INTO `" + table + "` (")
+	f.begin = netfault.Step{Match: netfault.HasPrefix("START TRANSACTION")}
+	f.commit = netfault.Step{Match: netfault.Equal("COMMIT"), After: claim}
 	return f
-}
-
-// faultProxy is a TCP proxy between a client and the database that drops a connection
-// when the client sends the armed bytes.
-type faultProxy struct {
-	addr   string
-	host   string
-	port   uint16
-	target string
-
-	mu      sync.Mutex
-	trigger []byte
-	forward bool
-	fired   chan struct{}
-}
-
-func newFaultProxy(t *testing.T, target string) *faultProxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	p := &faultProxy{addr: ln.Addr().String(), host: "127.0.0.1", port: uint16(ln.Addr().(*net.TCPAddr).Port), target: target}
-	var wg sync.WaitGroup
-	var conns sync.Map
-	t.Cleanup(func() {
-		_ = ln.Close()
-		conns.Range(func(c, _ any) bool { _ = c.(net.Conn).Close(); return true })
-		wg.Wait()
-	})
-	wg.Go(func() {
-		for {
-			client, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			server, err := net.Dial("tcp", target)
-			if err != nil {
-				_ = client.Close()
-				continue
-			}
-			conns.Store(client, true)
-			conns.Store(server, true)
-			wg.Go(func() { p.pipe(client, server) })
-		}
-	})
-	return p
-}
-
-// arm makes the proxy drop the next connection that sends trigger: the client's side at
-// once; the server's side after passing it the message (forward), or without it. The
-// returned channel is closed once the server has closed its side too: it has executed
-// what it got, and ended the session.
-func (p *faultProxy) arm(trigger []byte, forward bool) <-chan struct{} {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.trigger, p.forward, p.fired = trigger, forward, make(chan struct{})
-	return p.fired
-}
-
-// match reports whether chunk fires the armed fault, and disarms it.
-func (p *faultProxy) match(chunk []byte) (fire, forward bool, fired chan struct{}) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.trigger == nil || !bytes.Contains(chunk, p.trigger) {
-		return false, false, nil
-	}
-	p.trigger = nil
-	return true, p.forward, p.fired
-}
-
-func (p *faultProxy) pipe(client, server net.Conn) {
-	serverDone := make(chan struct{})
-	go func() {
-		_, _ = io.Copy(client, server)
-		_ = client.Close()
-		_, _ = io.Copy(io.Discard, server) // after a fault: the server's answer, lost
-		_ = server.Close()
-		close(serverDone)
-	}()
-	buf := make([]byte, 64<<10)
-	for {
-		n, err := client.Read(buf)
-		if n > 0 {
-			if fire, forward, fired := p.match(buf[:n]); fire {
-				_ = client.Close() // the client never sees the answer
-				if forward {
-					_, _ = server.Write(buf[:n])
-					_ = server.(*net.TCPConn).CloseWrite() // the message, then end of stream
-				} else {
-					_ = server.Close()
-				}
-				<-serverDone
-				close(fired)
-				return
-			}
-			if _, err := server.Write(buf[:n]); err != nil {
-				break
-			}
-		}
-		if err != nil {
-			break
-		}
-	}
-	_ = server.Close()
-	_ = client.Close()
-	<-serverDone
 }
 
 // faultKit delivers one message (one UUID) to a handler through an inbox.
@@ -395,24 +286,24 @@ func TestDatabaseFaults(t *testing.T) {
 			k.requireAppliedOnce()
 		}},
 		{"connection dropped at BEGIN", func(k *faultKit) {
-			fired := k.f.proxy.arm(k.f.begin, false)
-			k.redeliverUntilAcked(k.f.proxied)
-			requireFired(k.t, fired)
+			fault := k.f.net.Arm(k.f.begin, netfault.BeforeSend)
+			k.redeliverUntilAcked(k.f.faulty)
+			requireStruck(k.t, k.f.net, fault)
 			k.requireAppliedOnce()
 		}},
 		{"COMMIT lost on its way: not committed", func(k *faultKit) {
-			fired := k.f.proxy.arm(k.f.commit, false)
-			_, err := k.deliver(k.f.proxied, k.credit)
-			requireFired(k.t, fired)
+			fault := k.f.net.Arm(k.f.commit, netfault.BeforeSend)
+			_, err := k.deliver(k.f.faulty, k.credit)
+			requireStruck(k.t, k.f.net, fault)
 			require.Error(k.t, err, "acked a message whose COMMIT never reached the server")
 			k.requireNotApplied()
-			k.redeliverUntilAcked(k.f.proxied)
+			k.redeliverUntilAcked(k.f.faulty)
 			k.requireAppliedOnce()
 		}},
 		{"COMMIT executed, its answer lost: committed", func(k *faultKit) {
-			fired := k.f.proxy.arm(k.f.commit, true)
-			_, err := k.deliver(k.f.proxied, k.credit)
-			requireFired(k.t, fired)
+			fault := k.f.net.Arm(k.f.commit, netfault.AfterReply)
+			_, err := k.deliver(k.f.faulty, k.credit)
+			requireStruck(k.t, k.f.net, fault)
 			require.Error(k.t, err, "the client cannot know the outcome of a commit it got no answer to")
 			// The server committed: the redelivery is a duplicate.
 			require.Equal(k.t, 1, k.calls)
@@ -433,11 +324,10 @@ func TestDatabaseFaults(t *testing.T) {
 	}
 }
 
-func requireFired(t *testing.T, fired <-chan struct{}) {
+// requireStruck checks that fault broke its connection (the delivery that sent its
+// command has returned by then), after the server's whole reply for AfterReply.
+func requireStruck(t *testing.T, in *netfault.Injector, fault *netfault.Fault) {
 	t.Helper()
-	select {
-	case <-fired:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the fault never fired: the client sent no matching message")
-	}
+	require.False(t, in.Disarm(fault), "the fault never struck: the client sent no matching command (%v)", in.Err())
+	require.NoError(t, fault.Err())
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/watermill-inbox/inbox"
+	"github.com/watermill-inbox/inbox/internal/netfault"
 	"github.com/watermill-inbox/inbox/redisstore"
 )
 
@@ -62,10 +63,13 @@ type caps struct {
 	handlerCannotCommit bool // a handler ending its handle commits nothing, key included
 	noNeighbours        bool // no cheap look at other consumers' names: no ConsumerNeighbours
 	noAttemptCount      bool // no count of unfinished attempts per consumer: no AttemptCounter
+	noNetwork           bool // no network connection to break (an embedded database): no fault axis
 }
 
 type storeOpts struct {
 	lockTimeout time.Duration
+	// faults dials the store's connections, and its peers', through fixture.faults.
+	faults bool
 }
 
 // handleKind is what a store runs on.
@@ -90,6 +94,9 @@ type fixture struct {
 	begin, beginOther func(t *testing.T) (tx any, end func(commit bool) error)
 	// lock reads and sets the lock wait bound of a transaction's session.
 	lock lockProbe
+	// faults breaks the store's connections at a delivery's steps; set when opened
+	// with storeOpts.faults (flavours_faults_test.go).
+	faults *netFaults
 }
 
 // lockProbe reads and sets the session setting LockTimeout changes: lock_timeout on
@@ -170,11 +177,17 @@ func pgDSN(t testing.TB, settings map[string]string) string {
 }
 
 // pgPoolWith returns a pool on dsn, closed when the test ends.
-func pgPoolWith(t testing.TB, dsn string) *pgxpool.Pool {
+func pgPoolWith(t testing.TB, dsn string) *pgxpool.Pool { return pgPoolDial(t, dsn, nil) }
+
+// pgPoolDial is pgPoolWith dialling through dial, unless it is nil.
+func pgPoolDial(t testing.TB, dsn string, dial dialFunc) *pgxpool.Pool {
 	t.Helper()
 	cfg, err := pgxpool.ParseConfig(dsn)
 	require.NoError(t, err)
 	cfg.MaxConns = 16
+	if dial != nil {
+		cfg.ConnConfig.DialFunc = dial
+	}
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err == nil {
 		err = pool.Ping(context.Background())
@@ -187,9 +200,17 @@ func pgPoolWith(t testing.TB, dsn string) *pgxpool.Pool {
 }
 
 // pgConn returns one connection on dsn, closed when the test ends.
-func pgConn(t testing.TB, dsn string) *pgx.Conn {
+func pgConn(t testing.TB, dsn string) *pgx.Conn { return pgConnDial(t, dsn, nil) }
+
+// pgConnDial is pgConn dialling through dial, unless it is nil.
+func pgConnDial(t testing.TB, dsn string, dial dialFunc) *pgx.Conn {
 	t.Helper()
-	conn, err := pgx.Connect(context.Background(), dsn)
+	cfg, err := pgx.ParseConfig(dsn)
+	require.NoError(t, err)
+	if dial != nil {
+		cfg.DialFunc = dial
+	}
+	conn, err := pgx.ConnectConfig(context.Background(), cfg)
 	if err != nil {
 		unavailable(t, "PostgreSQL", "INBOX_POSTGRES_DSN", err)
 	}
@@ -240,18 +261,23 @@ func sqlConn(t testing.TB, db *sql.DB) *sql.Conn {
 
 // pgxFixture is PostgresStore on dsn, over a pool or one connection.
 func pgxFixture(t *testing.T, dsn string, handle handleKind, opts storeOpts) fixture {
-	pool := pgPoolWith(t, dsn)
+	nf := newNetFaults(opts, netfault.Postgres)
+	pool := pgPoolDial(t, dsn, nf.dial())
 	cfg := inbox.PostgresConfig{Table: tableName("inbox"), LockTimeout: opts.lockTimeout}
 	store := newPgxStore(t, pool, cfg)
+	ledger := newPgLedger(t, pool)
+	if nf != nil {
+		nf.steps = pgFaultSteps(cfg.Table, ledger.table)
+	}
 	fx := fixture{
-		store: store, handle: handle, ledger: newPgLedger(t, pool), lock: pgLockProbe,
+		store: store, handle: handle, ledger: ledger, lock: pgLockProbe, faults: nf,
 		peer:       func(*testing.T) inbox.Store { return store },
 		begin:      pgxBegin(pool),
 		beginOther: func(t *testing.T) (any, func(bool) error) { return pgxBegin(pgPoolWith(t, dsn))(t) },
 	}
 	if handle == onePgxConn {
 		open := func(t *testing.T) (*pgx.Conn, inbox.Store) {
-			conn := pgConn(t, dsn)
+			conn := pgConnDial(t, dsn, nf.dial())
 			s, err := inbox.NewPostgresStore(conn, cfg)
 			require.NoError(t, err)
 			return conn, s
@@ -260,6 +286,12 @@ func pgxFixture(t *testing.T, dsn string, handle handleKind, opts storeOpts) fix
 		conn, fx.store = open(t)
 		fx.begin = pgxBegin(conn)
 		fx.peer = func(t *testing.T) inbox.Store { _, s := open(t); return s }
+		if nf != nil { // a connection a fault broke is never usable again: connect anew
+			redial := func(t *testing.T) inbox.Store {
+				return newRedialStore(func() (inbox.Store, func() bool) { c, s := open(t); return s, c.IsClosed })
+			}
+			fx.store, fx.peer = redial(t), redial
+		}
 	}
 	return fx
 }
@@ -299,33 +331,60 @@ func pgxLikeFlavour(name string, handle handleKind, settings map[string]string) 
 	}
 }
 
+// sqlOpener opens a flavour's *sql.DB, dialling through dial unless it is nil.
+type sqlOpener func(t testing.TB, dial dialFunc) *sql.DB
+
 // sqlFixture is a database/sql store over open's *sql.DB or one of its connections.
-func sqlFixture(t *testing.T, open func(t testing.TB) *sql.DB, handle handleKind, mysql bool,
+func sqlFixture(t *testing.T, open sqlOpener, handle handleKind, mysql bool, opts storeOpts,
 	newStore func(t *testing.T, db *sql.DB, handle inbox.SQLDB, table string) inbox.Store) fixture {
-	db := open(t)
+	nf := newNetFaults(opts, netfault.Postgres)
+	if mysql {
+		nf = newNetFaults(opts, netfault.MySQL)
+	}
+	db := open(t, nf.dial())
 	table := tableName("inbox")
 	store := newStore(t, db, db, table)
+	ledger := newSQLLedger(t, db, mysql)
 	fx := fixture{
-		store: store, handle: handle, ledger: newSQLLedger(t, db, mysql), lock: pgLockProbe,
+		store: store, handle: handle, ledger: ledger, lock: pgLockProbe, faults: nf,
 		peer:       func(*testing.T) inbox.Store { return store },
 		begin:      sqlBegin(db),
-		beginOther: func(t *testing.T) (any, func(bool) error) { return sqlBegin(open(t))(t) },
+		beginOther: func(t *testing.T) (any, func(bool) error) { return sqlBegin(open(t, nil))(t) },
 	}
 	if mysql {
 		fx.lock = myLockProbe
+	}
+	if nf != nil {
+		nf.steps = pgFaultSteps(table, ledger.table)
+		if mysql {
+			nf.steps = mysqlFaultSteps(table, ledger.table)
+		}
 	}
 	if handle == oneSQLConn {
 		conn := sqlConn(t, db)
 		fx.store = newStore(t, nil, conn, table)
 		fx.begin = sqlBegin(conn)
 		fx.peer = func(t *testing.T) inbox.Store { return newStore(t, nil, sqlConn(t, db), table) }
+		if nf != nil { // a connection a fault broke is never usable again: take another
+			redial := func(t *testing.T) inbox.Store {
+				return newRedialStore(func() (inbox.Store, func() bool) {
+					c := sqlConn(t, db)
+					return newStore(t, nil, c, table), func() bool { return sqlConnDead(c) }
+				})
+			}
+			fx.store, fx.peer = redial(t), redial
+		}
 	}
 	return fx
 }
 
 // sqlPostgresDBWith is the test PostgreSQL through database/sql, with session settings.
-func sqlPostgresDBWith(t testing.TB) *sql.DB {
-	return openSQL(t, "pgx", pgDSN(t, nil), "PostgreSQL", "INBOX_POSTGRES_DSN")
+func sqlPostgresDBWith(t testing.TB, dial dialFunc) *sql.DB {
+	dsn := pgDSN(t, nil)
+	if dial != nil {
+		dsn = pgxDialDSN(t, dsn, dial)
+	}
+	return openSQL(t, "pgx", dsn, "PostgreSQL", "INBOX_POSTGRES_DSN")
 }
 
 // newSQLPostgresFlavourStore opens a SQLPostgresStore on table over handle; with db, it
@@ -351,7 +410,7 @@ func sqlPostgresLikeFlavour(name string, handle handleKind) storeFlavour {
 	return storeFlavour{
 		name: name,
 		open: func(t *testing.T, opts storeOpts) fixture {
-			return sqlFixture(t, sqlPostgresDBWith, handle, false, newSQLPostgresFlavourStore(opts.lockTimeout))
+			return sqlFixture(t, sqlPostgresDBWith, handle, false, opts, newSQLPostgresFlavourStore(opts.lockTimeout))
 		},
 		missing: func(t *testing.T) inbox.Store {
 			store, err := inbox.NewSQLPostgresStore(sqlPostgresDB(t), inbox.SQLPostgresConfig{Table: tableName("missing")})
@@ -364,9 +423,18 @@ func sqlPostgresLikeFlavour(name string, handle handleKind) storeFlavour {
 // mysqlOpener opens MySQL or MariaDB at dsn, with the non-default session
 // innodb_lock_wait_timeout added.
 func mysqlOpener(dsn func(t testing.TB) string) func(t testing.TB) *sql.DB {
-	return func(t testing.TB) *sql.DB {
-		return openSQL(t, "mysql", withDSNParams(t, dsn(t), map[string]string{"innodb_lock_wait_timeout": mySessionLock}),
-			"MySQL or MariaDB", "INBOX_MARIADB_DSN or INBOX_MYSQL_DSN")
+	open := mysqlDialOpener(dsn)
+	return func(t testing.TB) *sql.DB { return open(t, nil) }
+}
+
+// mysqlDialOpener is mysqlOpener dialling through dial, unless it is nil.
+func mysqlDialOpener(dsn func(t testing.TB) string) sqlOpener {
+	return func(t testing.TB, dial dialFunc) *sql.DB {
+		d := withDSNParams(t, dsn(t), map[string]string{"innodb_lock_wait_timeout": mySessionLock})
+		if dial != nil {
+			d = mysqlDialDSN(t, d, dial)
+		}
+		return openSQL(t, "mysql", d, "MySQL or MariaDB", "INBOX_MARIADB_DSN or INBOX_MYSQL_DSN")
 	}
 }
 
@@ -415,16 +483,16 @@ func mysqlConnFlavour(name string, dsn func(t testing.TB) string) storeFlavour {
 }
 
 func mysqlLikeFlavour(name string, dsn func(t testing.TB) string, handle handleKind, cfg inbox.MySQLConfig) storeFlavour {
-	open := mysqlOpener(dsn)
+	open := mysqlDialOpener(dsn)
 	return storeFlavour{
 		name: name,
 		open: func(t *testing.T, opts storeOpts) fixture {
 			cfg := cfg
 			cfg.LockTimeout = opts.lockTimeout
-			return sqlFixture(t, open, handle, true, newMySQLFlavourStore(cfg))
+			return sqlFixture(t, open, handle, true, opts, newMySQLFlavourStore(cfg))
 		},
 		missing: func(t *testing.T) inbox.Store {
-			store, err := inbox.NewMySQLStore(open(t), inbox.MySQLConfig{Table: tableName("missing"), Engine: cfg.Engine})
+			store, err := inbox.NewMySQLStore(open(t, nil), inbox.MySQLConfig{Table: tableName("missing"), Engine: cfg.Engine})
 			require.NoError(t, err)
 			return store
 		},

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/watermill-inbox/inbox"
+	"github.com/watermill-inbox/inbox/internal/netfault"
 	"github.com/watermill-inbox/inbox/redisstore"
 )
 
@@ -27,11 +28,13 @@ func redisFlavour() storeFlavour {
 		name: "redis",
 		caps: caps{noJoin: true, noPurge: true, noSchema: true, noSession: true, handlerCannotCommit: true, noNeighbours: true, noAttemptCount: true},
 		open: func(t *testing.T, opts storeOpts) fixture {
-			client := redisClient(t)
+			nf := newNetFaults(opts, netfault.RESP)
+			client := redisClientDial(t, nf.dial())
 			prefix := redisPrefix(t, client)
 			store, err := redisstore.New(client, redisstore.Config{Prefix: prefix, Wait: opts.lockTimeout})
 			require.NoError(t, err)
-			return fixture{store: store, ledger: redisLedger{client: client, key: prefix + "ledger"},
+			nf.forRedis(t, client, prefix)
+			return fixture{store: store, ledger: redisLedger{client: client, key: prefix + "ledger"}, faults: nf,
 				peer: func(*testing.T) inbox.Store { return store }}
 		},
 	}
@@ -50,7 +53,10 @@ func redisClusterFlavour() storeFlavour {
 			if addrs == "" {
 				unavailable(t, "Redis Cluster", "INBOX_REDIS_CLUSTER (scripts/redis-cluster.sh starts one on 127.0.0.1:7101-7103)", fmt.Errorf("not set"))
 			}
-			client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(addrs, ","), PoolSize: 32})
+			nf := newNetFaults(opts, netfault.RESP)
+			// Every node's connections dial through the injector, at the addresses the
+			// cluster gives (CLUSTER SLOTS).
+			client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(addrs, ","), PoolSize: 32, Dialer: nf.dial()})
 			t.Cleanup(func() { _ = client.Close() })
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
@@ -62,7 +68,8 @@ func redisClusterFlavour() storeFlavour {
 			store, err := redisstore.New(client, redisstore.Config{Prefix: prefix, Wait: opts.lockTimeout,
 				HashTag: func(string, string) string { return tag }})
 			require.NoError(t, err)
-			return fixture{store: store, ledger: redisLedger{client: client, key: prefix + "ledger:{" + tag + "}"},
+			nf.forRedis(t, client, prefix)
+			return fixture{store: store, ledger: redisLedger{client: client, key: prefix + "ledger:{" + tag + "}"}, faults: nf,
 				peer: func(*testing.T) inbox.Store { return store }}
 		},
 	}
@@ -76,9 +83,12 @@ func redisAddr() string {
 }
 
 // redisClient returns a client of the test Redis, closed when the test ends.
-func redisClient(t testing.TB) *redis.Client {
+func redisClient(t testing.TB) *redis.Client { return redisClientDial(t, nil) }
+
+// redisClientDial is redisClient dialling through dial, unless it is nil.
+func redisClientDial(t testing.TB, dial dialFunc) *redis.Client {
 	t.Helper()
-	client := redis.NewClient(&redis.Options{Addr: redisAddr(), PoolSize: 32})
+	client := redis.NewClient(&redis.Options{Addr: redisAddr(), PoolSize: 32, Dialer: dial})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := client.Ping(ctx).Err(); err != nil {

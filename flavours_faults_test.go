@@ -1,0 +1,246 @@
+package inbox_test
+
+import (
+	"context"
+	"crypto/sha1"
+	"database/sql"
+	"database/sql/driver"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
+	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/watermill-inbox/inbox"
+	"github.com/watermill-inbox/inbox/internal/netfault"
+	"github.com/watermill-inbox/inbox/redisstore"
+)
+
+// What the flavours declare for the fault axis (conformance_faults_test.go): a fixture
+// opened with storeOpts.faults dials every connection of its store, and of its peers,
+// through a netfault.Injector, and names the commands of each step of a delivery.
+
+// faultStep is a step of a delivery where the fault axis breaks a connection.
+type faultStep string
+
+const (
+	stepClaim        faultStep = "claim"         // the key's INSERT; the lease's SET on Redis
+	stepHandler      faultStep = "handler"       // the handler's statement (Redis queues it for the commit)
+	stepOutput       faultStep = "output"        // the stored output's UPDATE (Redis stores it in the commit)
+	stepCommit       faultStep = "commit"        // the claim's COMMIT; the commit script on Redis
+	stepAttemptStart faultStep = "attempt-start" // MaxAttempts: the start's write, committed
+	stepAttemptEnd   faultStep = "attempt-end"   // MaxAttempts: a clean end's write
+	stepDedup        faultStep = "dedup"         // the Deduplicator repository's check
+)
+
+// netFaults is how a fixture's connections are broken.
+type netFaults struct {
+	inj *netfault.Injector
+	// steps are the commands of the steps the store has; a step it lacks is absent.
+	steps map[faultStep]netfault.Step
+	// dedup returns the store's middleware.ExpiringKeyRepository for Watermill's
+	// Deduplicator, on the injector's connections (stepDedup); nil when it has none.
+	dedup func(t *testing.T) middleware.ExpiringKeyRepository
+}
+
+// newNetFaults returns the injector of a fixture opened with opts, nil without faults.
+func newNetFaults(opts storeOpts, p netfault.Protocol) *netFaults {
+	if !opts.faults {
+		return nil
+	}
+	return &netFaults{inj: netfault.New(p)}
+}
+
+// dialFunc is net.Dialer's DialContext, which pgx, go-sql-driver and go-redis take.
+type dialFunc = func(ctx context.Context, network, addr string) (net.Conn, error)
+
+// dial returns the injector's dialer, nil for a fixture without faults.
+func (nf *netFaults) dial() dialFunc {
+	if nf == nil {
+		return nil
+	}
+	return nf.inj.DialContext
+}
+
+// pgFaultSteps are the steps of the PostgreSQL stores (pgx and database/sql) on table,
+// whose handler inserts into ledger (quoted).
+func pgFaultSteps(table, ledger string) map[faultStep]netfault.Step {
+	t := pgx.Identifier{table}.Sanitize()
+	a := pgx.Identifier{table + "_attempts"}.Sanitize()
+	claim := netfault.Contains("INSERT INTO " + t + " (")
+	return map[faultStep]netfault.Step{
+		stepClaim:   {Match: claim},
+		stepHandler: {Match: netfault.Contains("INSERT INTO " + ledger + " (")},
+		stepOutput:  {Match: netfault.Contains("UPDATE " + t + " SET output")},
+		stepCommit:  {Match: netfault.Equal("commit"), After: claim},
+		// pgx sends the start's BEGIN, INSERT and COMMIT in one batch, which the reply
+		// ends; database/sql sends the INSERT alone.
+		stepAttemptStart: {Match: netfault.Contains("INSERT INTO " + a)},
+		stepAttemptEnd:   {Match: netfault.Contains("UPDATE " + a + " SET ended")},
+	}
+}
+
+// mysqlFaultSteps are the steps of MySQLStore on table, whose handler inserts into
+// ledger (quoted).
+func mysqlFaultSteps(table, ledger string) map[faultStep]netfault.Step {
+	t := "`" + table + "`"
+	a := "`" + table + "_attempts`"
+	claim := netfault.Contains("INSERT INTO " + t + " (")
+	return map[faultStep]netfault.Step{
+		stepClaim:   {Match: claim},
+		stepHandler: {Match: netfault.Contains("INSERT INTO " + ledger + " (")},
+		stepOutput:  {Match: netfault.Contains("UPDATE " + t + " SET `output`")},
+		stepCommit:  {Match: netfault.Equal("COMMIT"), After: claim},
+		// The start is an INSERT and a read in a short transaction: its COMMIT.
+		stepAttemptStart: {Match: netfault.Equal("COMMIT"), After: netfault.Contains("INSERT INTO " + a)},
+		stepAttemptEnd:   {Match: netfault.Contains("UPDATE " + a + " SET `ended`")},
+	}
+}
+
+// redisFaultSteps are the steps of a redisstore.Store under prefix, and of an
+// ExpiringKeyRepository under dedupPrefix. The handler's commands and the output go
+// in the commit script: those steps are the commit's.
+func redisFaultSteps(t testing.TB, prefix, dedupPrefix string) map[faultStep]netfault.Step {
+	attempt := netfault.Contains("evalsha " + redisScriptSHA(t, "attempt.lua") + " 1 " + prefix + "a:")
+	return map[faultStep]netfault.Step{
+		stepClaim:        {Match: netfault.HasPrefix("set " + prefix + "l:")},
+		stepCommit:       {Match: netfault.HasPrefix("evalsha " + redisScriptSHA(t, "commit.lua") + " ")},
+		stepAttemptStart: {Match: netfault.All(attempt, netfault.HasSuffix(" 1"))},
+		stepAttemptEnd:   {Match: netfault.All(attempt, netfault.HasSuffix(" 0"))},
+		stepDedup:        {Match: netfault.HasPrefix("set " + dedupPrefix)},
+	}
+}
+
+// forRedis declares the steps of a Redis flavour's store under prefix, on client, and
+// its Deduplicator repository; nothing for a fixture without faults.
+func (nf *netFaults) forRedis(t testing.TB, client redis.UniversalClient, prefix string) {
+	if nf == nil {
+		return
+	}
+	dedupPrefix := prefix + "dedup:"
+	nf.steps = redisFaultSteps(t, prefix, dedupPrefix)
+	nf.dedup = func(t *testing.T) middleware.ExpiringKeyRepository {
+		repo, err := redisstore.NewExpiringKeyRepository(client, redisstore.DedupConfig{Window: time.Hour, Prefix: dedupPrefix})
+		require.NoError(t, err)
+		return repo
+	}
+}
+
+// redisScriptSHA is the SHA1 Redis knows one of redisstore's scripts by, from its source.
+func redisScriptSHA(t testing.TB, name string) string {
+	src, err := os.ReadFile("redisstore/lua/" + name)
+	require.NoError(t, err)
+	sum := sha1.Sum(src)
+	return hex.EncodeToString(sum[:])
+}
+
+var mysqlDialName atomic.Int64
+
+// mysqlDialDSN returns dsn (go-sql-driver's) dialling through dial, registered under a
+// network name of its own.
+func mysqlDialDSN(t testing.TB, dsn string, dial dialFunc) string {
+	cfg, err := mysql.ParseDSN(dsn)
+	require.NoError(t, err)
+	cfg.Net = fmt.Sprint("netfault-", mysqlDialName.Add(1))
+	mysql.RegisterDialContext(cfg.Net, func(ctx context.Context, addr string) (net.Conn, error) {
+		return dial(ctx, "tcp", addr)
+	})
+	return cfg.FormatDSN()
+}
+
+// pgxDialDSN returns a DSN of pgx's database/sql driver for dsn dialling through dial,
+// unregistered when the test ends.
+func pgxDialDSN(t testing.TB, dsn string, dial dialFunc) string {
+	cfg, err := pgx.ParseConfig(dsn)
+	require.NoError(t, err)
+	cfg.DialFunc = dial
+	name := stdlib.RegisterConnConfig(cfg)
+	t.Cleanup(func() { stdlib.UnregisterConnConfig(name) })
+	return name
+}
+
+// redialStore is a store on one connection (*pgx.Conn, *sql.Conn) that the application
+// opens again before a call once a fault broke it, as a pool does for its connections:
+// a broken single connection is never usable again.
+type redialStore struct {
+	open func() (inbox.Store, func() bool) // a store on a new connection, and whether that connection died
+
+	mu      sync.Mutex
+	cur     inbox.Store
+	dead    func() bool
+	redials int
+}
+
+var _ inbox.Store = (*redialStore)(nil)
+
+func newRedialStore(open func() (inbox.Store, func() bool)) *redialStore {
+	s := &redialStore{open: open}
+	s.cur, s.dead = open()
+	return s
+}
+
+func (s *redialStore) store() inbox.Store {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.dead() {
+		s.cur, s.dead = s.open()
+		s.redials++
+	}
+	return s.cur
+}
+
+func (s *redialStore) Claim(ctx context.Context, rec inbox.Record) (inbox.Claim, error) {
+	return s.store().Claim(ctx, rec)
+}
+
+func (s *redialStore) ClaimIn(ctx context.Context, tx any, rec inbox.Record) (inbox.Claim, error) {
+	return s.store().ClaimIn(ctx, tx, rec)
+}
+
+func (s *redialStore) EndAttempt(ctx context.Context, rec inbox.Record) error {
+	return s.store().EndAttempt(ctx, rec)
+}
+
+func (s *redialStore) Forget(ctx context.Context, consumer, key string) (bool, error) {
+	return s.store().Forget(ctx, consumer, key)
+}
+
+func (s *redialStore) PurgeBatch(ctx context.Context, before time.Time, limit int) (inbox.Purged, error) {
+	return s.store().PurgeBatch(ctx, before, limit)
+}
+
+func (s *redialStore) Stats(ctx context.Context) ([]inbox.ConsumerStats, error) {
+	return s.store().Stats(ctx)
+}
+
+func (s *redialStore) Verify(ctx context.Context) error { return s.store().Verify(ctx) }
+
+// sqlConnDead reports whether conn's driver connection is closed (broken): what
+// go-sql-driver says through driver.Validator, and pgx's stdlib driver, which does not
+// implement it, through its *pgx.Conn.
+func sqlConnDead(conn *sql.Conn) bool {
+	err := conn.Raw(func(dc any) error {
+		switch dc := dc.(type) {
+		case driver.Validator:
+			if !dc.IsValid() {
+				return driver.ErrBadConn
+			}
+		case interface{ Conn() *pgx.Conn }:
+			if dc.Conn().IsClosed() {
+				return driver.ErrBadConn
+			}
+		}
+		return nil
+	})
+	return err != nil
+}
