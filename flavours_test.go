@@ -39,6 +39,11 @@ func storeFlavours() []storeFlavour {
 		mysqlFlavour("tidb-repeatable-read", tidbDSNOf, inbox.MySQLConfig{Engine: inbox.MySQLTiDB, Isolation: sql.LevelRepeatableRead}),
 		redisFlavour(),
 		redisClusterFlavour(),
+		// SQLite (sqlitestore): helpers_sqlite_test.go.
+		sqliteFlavour("sqlite", modernc, pooled),
+		sqliteFlavour("sqlite-conn", modernc, oneSQLConn),
+		sqliteFlavour("sqlite-session-settings", moderncSession, pooled),
+		sqliteFlavour("sqlite-mattn", mattn, pooled),
 	}
 }
 
@@ -60,6 +65,10 @@ type caps struct {
 	noSchema            bool // no tables: Verify never reports ErrNoTable
 	noSession           bool // no database session whose settings LockTimeout could change
 	handlerCannotCommit bool // a handler ending its handle commits nothing, key included
+	// oneWriter: one write transaction at a time per database (SQLite): a transaction
+	// the inbox joins holds, or will take, the only write lock, so attempts cannot be
+	// counted beside it (ErrAttemptsNeedConn).
+	oneWriter bool
 }
 
 type storeOpts struct {
@@ -88,6 +97,9 @@ type fixture struct {
 	begin, beginOther func(t *testing.T) (tx any, end func(commit bool) error)
 	// lock reads and sets the lock wait bound of a transaction's session.
 	lock lockProbe
+	// beginTakesLock: begin and beginOther take the database's write lock at BEGIN
+	// (SQLite with _txlock=immediate), so they wait for a writer that holds it.
+	beginTakesLock bool
 }
 
 // lockProbe reads and sets the session setting LockTimeout changes: lock_timeout on
