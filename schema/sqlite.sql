@@ -1,4 +1,4 @@
--- The inbox tables for SQLite 3.24+ (sqlitestore). Run it as it is for the default table
+-- The inbox tables for SQLite 3.35+ (sqlitestore). Run it as it is for the default table
 -- name "inbox"; inbox.SQLiteSchema(table) and (*sqlitestore.Store).CreateSchema return it
 -- for another name.
 --
