@@ -5,62 +5,96 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strings"
-	"time"
 
 	"github.com/watermill-inbox/inbox"
 )
 
-// Claim implements inbox.Store: it begins a transaction of the store's own (through
-// this process's gate to the write lock, see begin) and inserts the key first.
+// Claim implements inbox.Store. In this process's turn at the write lock (the gate), on
+// a connection of its own, it starts rec's attempt when there is one (startAttempt),
+// then begins the claim's transaction and inserts the key first.
 func (s *Store) Claim(ctx context.Context, rec inbox.Record) (inbox.Claim, error) {
-	w, err := s.begin(ctx, "claiming the key")
+	l, err := s.enter(ctx, "claiming the key")
 	if err != nil {
 		return inbox.Claim{}, err
 	}
-	c, err := s.claim(ctx, w.tx, rec, w)
-	if err != nil || c.Duplicate {
-		return c, joinErrors(err, w.rollback(ctx))
+	if err := s.startAttempt(ctx, l, rec); err != nil {
+		return inbox.Claim{}, joinErrors(err, l.restore(ctx, l.conn), release(l))
+	}
+	tx, err := l.begin(ctx)
+	if err != nil {
+		l.info.running.pend(rec.Attempt)
+		return inbox.Claim{}, joinErrors(s.wrap("beginning the transaction", err), l.restore(ctx, l.conn), release(l))
+	}
+	t := &inboxTx{s: s, tx: tx, rec: rec, lease: l}
+	c, err := s.claim(ctx, t)
+	switch {
+	case err != nil:
+		// The attempt's row stays until EndAttempt (or a later write) deletes it.
+		l.info.running.pend(rec.Attempt)
+		return inbox.Claim{}, joinErrors(err, rollback(tx), release(l))
+	case c.Duplicate:
+		// The duplicate ends its attempt with the claim's transaction, which holds the
+		// write lock, and so cannot meet another writer.
+		return c, t.end(ctx, "ending the duplicate's attempt", nil)
 	}
 	return c, nil
+}
+
+// release releases a lease, as an error-free step of joinErrors.
+func release(l *lease) error {
+	l.release()
+	return nil
 }
 
 // ClaimIn implements inbox.Store; tx must be a *sql.Tx on the same database file, from
 // any handle. It takes the database's write lock if tx does not hold it yet (begin it
 // with _txlock=immediate so that it does from its BEGIN: a deferred transaction that
 // read before the claim gets SQLITE_BUSY, as inbox.ErrContended, if another writer
-// committed since).
+// committed since). A Record with an Attempt is refused with inbox.ErrAttemptsNeedConn:
+// the joined transaction holds, or will take, the database's only write lock, so an
+// attempt's row written beside it would wait for it to end (ADR 82).
 func (s *Store) ClaimIn(ctx context.Context, tx any, rec inbox.Record) (inbox.Claim, error) {
 	sqlTx, ok := tx.(*sql.Tx)
 	if !ok {
 		return inbox.Claim{}, fmt.Errorf("inbox: the transaction in the context is a %T; sqlitestore joins only a *sql.Tx", tx)
 	}
+	if rec.Attempt != "" {
+		return inbox.Claim{}, fmt.Errorf("inbox: counting the attempt: %w: on SQLite the joined transaction holds, or will take, the database's only write lock, so an attempt written beside it would wait for it to end; let the inbox begin the transaction (no inbox.ContextWithTx), or set MaxAttempts to 0", inbox.ErrAttemptsNeedConn)
+	}
 	if err := ctx.Err(); err != nil {
 		return inbox.Claim{}, fmt.Errorf("inbox: claiming the key: %w", err)
 	}
-	return s.claim(ctx, sqlTx, rec, nil)
+	return s.claim(ctx, &inboxTx{s: s, tx: sqlTx, rec: rec})
 }
 
-// claim inserts rec's key in tx and, only when it was there already, reads what the
-// first delivery stored: the insert took the write lock, so that read sees the latest
-// commit. own is the store's own transaction, nil for a joined one; for a joined one
-// LockTimeout is set and restored around the insert here.
-func (s *Store) claim(ctx context.Context, tx *sql.Tx, rec inbox.Record, own *writeTx) (inbox.Claim, error) {
-	bound := own
-	if own == nil && s.cfg.LockTimeout > 0 {
-		bound = &writeTx{}
+// claim inserts t's key in t's transaction and, only when it was there already, reads
+// what the first delivery stored: the insert took the write lock, so that read sees the
+// latest commit. For a new key with an attempt it counts the key's attempts whose
+// process died: the key's holder has the write lock, so no attempt ends or starts
+// while it reads. For a joined transaction LockTimeout is set and restored around the
+// insert here; the store's own had it set on its connection (enter).
+func (s *Store) claim(ctx context.Context, t *inboxTx) (inbox.Claim, error) {
+	tx, rec := t.tx, t.rec
+	bound := t.lease
+	if bound == nil && s.cfg.LockTimeout > 0 {
+		bound = &lease{}
 		if err := tx.QueryRowContext(ctx, `PRAGMA busy_timeout`).Scan(&bound.saved); err != nil {
 			return inbox.Claim{}, s.wrap("reading busy_timeout", err)
 		}
-		left := s.cfg.LockTimeout
-		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < left {
-			left = time.Until(deadline)
-		}
-		if _, err := tx.ExecContext(ctx, fmt.Sprintf(`PRAGMA busy_timeout = %d`, max(1, left.Milliseconds()))); err != nil {
+		if _, err := tx.ExecContext(ctx, fmt.Sprintf(`PRAGMA busy_timeout = %d`, boundMillis(ctx, s.cfg.LockTimeout))); err != nil {
 			return inbox.Claim{}, joinErrors(s.wrap("setting busy_timeout", err), bound.restore(ctx, tx))
 		}
 	}
-	res, err := tx.ExecContext(ctx, s.sql.insert, rec.Consumer, rec.Key, now(), rec.Fingerprint)
+	var res sql.Result
+	var err error
+	if rec.Attempt != "" {
+		// A clean failure rolls back to here and deletes the attempt's row in the same
+		// transaction, still holding the write lock (inboxTx.Rollback).
+		_, err = tx.ExecContext(ctx, `SAVEPOINT inbox_claim`)
+	}
+	if err == nil {
+		res, err = tx.ExecContext(ctx, s.sql.insert, rec.Consumer, rec.Key, now(), rec.Fingerprint)
+	}
 	if bound != nil {
 		if restoreErr := bound.restore(ctx, tx); restoreErr != nil && err == nil {
 			return inbox.Claim{}, s.wrap("restoring busy_timeout", restoreErr)
@@ -74,7 +108,13 @@ func (s *Store) claim(ctx context.Context, tx *sql.Tx, rec inbox.Record, own *wr
 		return inbox.Claim{}, s.wrap("inserting the key", err)
 	}
 	if n == 1 {
-		return inbox.Claim{Tx: &inboxTx{s: s, tx: tx, rec: rec, own: own}}, nil
+		c := inbox.Claim{Tx: t}
+		if rec.Attempt != "" {
+			if c.Unfinished, err = s.unfinished(ctx, tx, t.lease.info.running, rec); err != nil {
+				return inbox.Claim{}, err
+			}
+		}
+		return c, nil
 	}
 	c := inbox.Claim{Duplicate: true}
 	if err := tx.QueryRowContext(ctx, s.sql.stored, rec.Consumer, rec.Key).Scan(&c.Fingerprint, &c.Output); err != nil {
@@ -85,89 +125,3 @@ func (s *Store) claim(ctx context.Context, tx *sql.Tx, rec inbox.Record, own *wr
 	}
 	return c, nil
 }
-
-// inboxTx is the transaction of a claimed key.
-//
-// A transaction the store began does not end when ctx does (see begin), so ErrTxDone
-// on it means the handler ended it. A joined transaction ends when its owner's context
-// does: ErrTxDone while ctx is done means that.
-type inboxTx struct {
-	s   *Store
-	tx  *sql.Tx
-	rec inbox.Record
-	own *writeTx // nil for a joined transaction
-}
-
-// Handle implements inbox.Tx: the *sql.Tx.
-func (t *inboxTx) Handle() any { return t.tx }
-
-// Commit implements inbox.Tx.
-func (t *inboxTx) Commit(ctx context.Context, output []byte) error {
-	if output != nil {
-		if _, err := t.tx.ExecContext(ctx, t.s.sql.setOutput, output, t.rec.Consumer, t.rec.Key); err != nil {
-			return t.ended(ctx, "storing the produced messages", err)
-		}
-	}
-	if t.own == nil {
-		return nil
-	}
-	defer t.own.release()
-	if err := t.tx.Commit(); err != nil {
-		return t.ended(ctx, "committing", err)
-	}
-	return nil
-}
-
-// Rollback implements inbox.Tx. (*sql.Tx).Rollback takes no context, so a cancelled
-// message context cannot stop it.
-func (t *inboxTx) Rollback(ctx context.Context) error {
-	if t.own == nil {
-		return nil
-	}
-	return t.own.rollback(ctx)
-}
-
-// ended classifies an error of a statement on the claimed transaction.
-func (t *inboxTx) ended(ctx context.Context, doing string, err error) error {
-	if ctxErr := ctx.Err(); ctxErr != nil {
-		// The statement did not run, or the driver interrupted it: nothing committed.
-		return fmt.Errorf("inbox: %s: %w", doing, joinErrors(ctxErr, err))
-	}
-	if errors.Is(err, sql.ErrTxDone) {
-		return fmt.Errorf("inbox: %s: %w", doing, inbox.ErrTxDone)
-	}
-	return t.s.wrap(doing, err)
-}
-
-// joinErrors joins the non-nil errors with "; ", the later ones without their "inbox: "
-// prefix, so the message says it once; it wraps them all.
-func joinErrors(errs ...error) error {
-	var kept []error
-	var msg []string
-	for _, err := range errs {
-		if err == nil {
-			continue
-		}
-		text := err.Error()
-		if len(kept) > 0 {
-			text = strings.TrimPrefix(text, "inbox: ")
-		}
-		kept = append(kept, err)
-		msg = append(msg, text)
-	}
-	switch len(kept) {
-	case 0:
-		return nil
-	case 1:
-		return kept[0]
-	}
-	return &joined{msg: strings.Join(msg, "; "), errs: kept}
-}
-
-type joined struct {
-	msg  string
-	errs []error
-}
-
-func (e *joined) Error() string   { return e.msg }
-func (e *joined) Unwrap() []error { return e.errs }

@@ -21,8 +21,17 @@ type running struct {
 	path string // the lock file; "" for an in-memory database: the registry alone
 
 	mu      sync.Mutex
-	file    *os.File // opened once, never closed: closing it would drop every lock
-	attempt map[string]bool
+	file    *os.File                 // opened once, never closed: closing it would drop every lock
+	attempt map[string]*attemptState // this process's running attempts, by token
+}
+
+// attemptState is one running attempt of this process.
+type attemptState struct {
+	consumer, key string
+	// pending: the attempt ended, but deleting its row failed (the write lock stayed with
+	// another process): it stays marked as running until a later write of this process
+	// deletes the row (Store.endPending), so that nobody counts it as a crash.
+	pending bool
 }
 
 // runnings are the lock files this process opened, by database path.
@@ -32,9 +41,9 @@ var runnings sync.Map // string → *running
 // of its own).
 func runningFor(path string) *running {
 	if path == "" {
-		return &running{attempt: map[string]bool{}}
+		return &running{attempt: map[string]*attemptState{}}
 	}
-	r, _ := runnings.LoadOrStore(path, &running{path: path + "-inbox-attempts.lock", attempt: map[string]bool{}})
+	r, _ := runnings.LoadOrStore(path, &running{path: path + "-inbox-attempts.lock", attempt: map[string]*attemptState{}})
 	return r.(*running)
 }
 
@@ -50,8 +59,8 @@ func (r *running) lockFile() (*os.File, error) {
 	return r.file, nil
 }
 
-// start marks the attempt as running: registered, and its byte locked.
-func (r *running) start(token string) error {
+// start marks the attempt as running: its byte locked, and registered.
+func (r *running) start(token, consumer, key string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	f, err := r.lockFile()
@@ -63,22 +72,56 @@ func (r *running) start(token string) error {
 			return fmt.Errorf("locking the attempt's byte in %s: %w", r.path, err)
 		}
 	}
-	r.attempt[token] = true
+	r.attempt[token] = &attemptState{consumer: consumer, key: key}
 	return nil
 }
 
-// end marks the attempt as no longer running. It does nothing for an attempt that is
-// not running here.
-func (r *running) end(token string) {
+// end marks the attempts as no longer running, once their rows are gone (or, abandoned,
+// are to stay). It ignores attempts that do not run here.
+func (r *running) end(tokens ...string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if !r.attempt[token] {
-		return
+	for _, token := range tokens {
+		if r.attempt[token] == nil {
+			continue
+		}
+		delete(r.attempt, token)
+		if r.file != nil {
+			_ = unlockByte(r.file, attemptByte(token))
+		}
 	}
-	delete(r.attempt, token)
-	if r.file != nil {
-		_ = unlockByte(r.file, attemptByte(token))
+}
+
+// runsHere reports whether the attempt runs in this process.
+func (r *running) runsHere(token string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.attempt[token] != nil
+}
+
+// pend marks a running attempt whose row could not be deleted: see attemptState.
+func (r *running) pend(token string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if a := r.attempt[token]; a != nil {
+		a.pending = true
 	}
+}
+
+// pendingEnds returns the attempts whose end is pending.
+func (r *running) pendingEnds() map[string]attemptState {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var p map[string]attemptState
+	for token, a := range r.attempt {
+		if a.pending {
+			if p == nil {
+				p = map[string]attemptState{}
+			}
+			p[token] = *a
+		}
+	}
+	return p
 }
 
 // isRunning reports whether the attempt runs in this process, or holds its byte in
@@ -86,7 +129,7 @@ func (r *running) end(token string) {
 func (r *running) isRunning(token string) (bool, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.attempt[token] {
+	if r.attempt[token] != nil {
 		return true, nil
 	}
 	f, err := r.lockFile()

@@ -28,6 +28,7 @@ const (
 	helperPathEnv = "SQLITESTORE_PATH"
 	helperKeyEnv  = "SQLITESTORE_KEY"
 	holding       = "helper: holding the key"
+	failedCleanly = "helper: failed cleanly"
 	inHandler     = "helper: in the handler, killing myself"
 	maxAttempts   = 3
 )
@@ -68,6 +69,23 @@ func TestHelperProcess(t *testing.T) {
 			select {} // the signal is on its way
 		})
 		t.Fatalf("the handler returned (%v) instead of killing the process", err)
+	case "fail":
+		ib, err := inbox.New(inbox.Config{Store: store, Consumer: "billing", MaxAttempts: 1})
+		require.NoError(t, err)
+		boom := errors.New("provider timed out")
+		_, err = ib.Process(ctx, "billing", key, func(ctx context.Context) error {
+			if err := l.credit(ctx, 1); err != nil {
+				return err
+			}
+			time.Sleep(100 * time.Millisecond) // the others queue behind the key
+			return boom
+		})
+		switch {
+		case errors.Is(err, boom), errors.Is(err, inbox.ErrContended):
+			fmt.Println(failedCleanly)
+		default:
+			fmt.Println("helper:", err)
+		}
 	}
 }
 
@@ -178,4 +196,38 @@ func TestCrashesAreCountedAcrossProcesses(t *testing.T) {
 		return nil
 	})
 	require.ErrorIs(t, err, inbox.ErrTooManyAttempts)
+}
+
+// Deliveries of one message in several processes that each fail cleanly are never
+// counted as crashes, even with MaxAttempts 1: an attempt running in another process
+// (waiting for the key, or between its start and its claim) holds its byte of the lock
+// file. A crash there counts (TestCrashesAreCountedAcrossProcesses).
+func TestCleanFailuresInSeveralProcessesAreNotCrashes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := tempPath(t)
+	db := open(t, "sqlite", sqlitestore.DSN(path))
+	l := newLedger(t, db)
+	store := newStore(t, db, sqlitestore.Config{})
+	const racers = 4
+	var children []*exec.Cmd
+	var outputs []*bufio.Scanner
+	for range racers {
+		cmd, _, lines := child(t, "fail", path, "order-1")
+		children = append(children, cmd)
+		outputs = append(outputs, lines)
+	}
+	for i, lines := range outputs {
+		require.True(t, lines.Scan(), "racer %d said nothing", i)
+		require.Equal(t, failedCleanly, lines.Text(), "racer %d", i)
+		require.NoError(t, children[i].Wait())
+	}
+	total, _ := l.balance(t)
+	require.Zero(t, total, "every racer rolled back")
+
+	ib, err := inbox.New(inbox.Config{Store: store, Consumer: "billing", MaxAttempts: 1})
+	require.NoError(t, err)
+	dup, err := ib.Process(ctx, "billing", "order-1", func(ctx context.Context) error { return l.credit(ctx, 190) })
+	require.NoError(t, err, "nothing crashed: a healthy message is never refused")
+	require.False(t, dup)
 }

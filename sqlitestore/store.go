@@ -32,7 +32,7 @@ var _ inbox.Store = (*Store)(nil)
 
 type queries struct {
 	insert, stored, setOutput              string
-	startAttempt, endAttempt               string
+	startAttempt, endAttempt, attemptsOf   string
 	forgetAttempts, forget                 string
 	purgeAttempts, purge, stats, tableInfo string
 }
@@ -53,11 +53,13 @@ func New(db inbox.SQLDB, cfg Config) (*Store, error) {
 	a := `"` + cfg.Table + `_attempts"`
 	where := ` WHERE "consumer" = ? AND "key" = ?`
 	return &Store{db: db, cfg: cfg, sql: queries{
-		insert:         `INSERT INTO ` + t + ` ("consumer", "key", "processed_at", "fingerprint") VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING`,
-		stored:         `SELECT "fingerprint", "output" FROM ` + t + where,
-		setOutput:      `UPDATE ` + t + ` SET "output" = ?` + where,
-		startAttempt:   `INSERT INTO ` + a + ` ("consumer", "key", "started_at") VALUES (?, ?, ?) ON CONFLICT ("consumer", "key") DO UPDATE SET "started" = "started" + 1 RETURNING "started" - "ended" - 1`,
-		endAttempt:     `UPDATE ` + a + ` SET "ended" = "ended" + 1` + where,
+		insert:    `INSERT INTO ` + t + ` ("consumer", "key", "processed_at", "fingerprint") VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING`,
+		stored:    `SELECT "fingerprint", "output" FROM ` + t + where,
+		setOutput: `UPDATE ` + t + ` SET "output" = ?` + where,
+		// Safe to resend: a second start of one token changes nothing.
+		startAttempt:   `INSERT INTO ` + a + ` ("consumer", "key", "attempt", "started_at") VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING`,
+		endAttempt:     `DELETE FROM ` + a + where + ` AND "attempt" = ?`,
+		attemptsOf:     `SELECT "attempt" FROM ` + a + where + ` AND "attempt" <> ?`,
 		forgetAttempts: `DELETE FROM ` + a + where,
 		forget:         `DELETE FROM ` + t + where,
 		purgeAttempts:  `DELETE FROM ` + a + ` WHERE ("consumer", "key") IN (SELECT "consumer", "key" FROM ` + a + ` WHERE "started_at" < ? ORDER BY "started_at" LIMIT ?)`,

@@ -13,7 +13,7 @@ import (
 // The columns the store reads and writes, per table.
 var (
 	inboxColumns    = []string{"consumer", "key", "processed_at", "fingerprint", "output"}
-	attemptsColumns = []string{"consumer", "key", "started", "ended", "started_at"}
+	attemptsColumns = []string{"consumer", "key", "attempt", "started_at"}
 )
 
 // Verify implements inbox.Store. It checks that the tables exist with the columns the

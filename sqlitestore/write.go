@@ -10,11 +10,12 @@ import (
 	"github.com/watermill-inbox/inbox"
 )
 
-// dbInfo is what the store reads of its database once.
+// dbInfo is what the store reads of its database once, and the process's state of it.
 type dbInfo struct {
-	path string        // the main database file; "" for an in-memory database
-	busy time.Duration // the handle's busy_timeout
-	gate *gate
+	path    string        // the main database file; "" for an in-memory database
+	busy    time.Duration // the handle's busy_timeout
+	gate    *gate         // this process's queue for the file's write lock
+	running *running      // the attempts running in this process (and the lock file)
 }
 
 // info reads, once, the database's file and the handle's busy_timeout.
@@ -34,40 +35,32 @@ func (s *Store) info(ctx context.Context) (*dbInfo, error) {
 	}
 	info.busy = time.Duration(ms) * time.Millisecond
 	info.gate = gateFor(info.path)
+	info.running = runningFor(info.path)
 	s.known = &info
 	return s.known, nil
 }
 
-// conn returns a connection of the store's own for a transaction, and the func that
-// gives it back: one of the pool's for a *sql.DB, the handle itself otherwise.
-func (s *Store) conn(ctx context.Context) (inbox.SQLDB, func(), error) {
-	if pool, ok := s.db.(*sql.DB); ok {
-		c, err := pool.Conn(ctx)
-		if err != nil {
-			return nil, nil, err
-		}
-		return c, func() { _ = c.Close() }, nil
-	}
-	return s.db, func() {}, nil
+// execer is what a *sql.Tx, *sql.DB and *sql.Conn share for a statement.
+type execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 }
 
-// writeTx is a write transaction of the store's own, on a connection of its own, with
-// this process's turn at the database's write lock.
-type writeTx struct {
-	tx *sql.Tx
-	// saved is the connection's busy_timeout (ms) to put back after the first statement,
-	// -1 when the store did not change it.
+// lease is this process's turn at the database's write lock (the gate) and a connection
+// of the store's own, with busy_timeout set to what is left of LockTimeout when that is
+// set, until restore.
+type lease struct {
+	info *dbInfo
+	conn inbox.SQLDB
+	// saved is the connection's busy_timeout (ms) to put back, -1 when the store did not
+	// change it.
 	saved int64
 	// release gives the connection back and leaves the gate, once.
 	release func()
 }
 
-// begin enters the gate and begins a transaction on a connection of the store's own,
-// with the connection's busy_timeout set to what is left of LockTimeout, when it is
-// set, until restore. The transaction is begun with ctx's cancellation cut off, so that
-// database/sql does not roll it back by itself (closing the connection under a
-// *sql.Conn handle) between two statements of the store's; statements still see ctx.
-func (s *Store) begin(ctx context.Context, doing string) (*writeTx, error) {
+// enter waits for the gate, then takes a connection: one of the pool's for a *sql.DB,
+// the handle itself otherwise.
+func (s *Store) enter(ctx context.Context, doing string) (*lease, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("inbox: %s: %w", doing, err)
 	}
@@ -84,88 +77,97 @@ func (s *Store) begin(ctx context.Context, doing string) (*writeTx, error) {
 	if err != nil {
 		return nil, fmt.Errorf("inbox: %s: %w", doing, err)
 	}
-	conn, closeConn, err := s.conn(ctx)
-	if err != nil {
-		leave()
-		return nil, s.wrap("acquiring a connection", err)
-	}
-	w := &writeTx{saved: -1}
-	var once sync.Once
-	w.release = func() { once.Do(func() { closeConn(); leave() }) }
-	if s.cfg.LockTimeout > 0 {
-		left := s.cfg.LockTimeout - time.Since(start)
-		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < left {
-			left = time.Until(deadline)
+	l := &lease{info: info, conn: s.db, saved: -1}
+	closeConn := func() {}
+	if pool, ok := s.db.(*sql.DB); ok {
+		c, err := pool.Conn(ctx)
+		if err != nil {
+			leave()
+			return nil, s.wrap("acquiring a connection", err)
 		}
-		err := conn.QueryRowContext(ctx, `PRAGMA busy_timeout`).Scan(&w.saved)
+		l.conn, closeConn = c, func() { _ = c.Close() }
+	}
+	var once sync.Once
+	l.release = func() { once.Do(func() { closeConn(); leave() }) }
+	if s.cfg.LockTimeout > 0 {
+		err := l.conn.QueryRowContext(ctx, `PRAGMA busy_timeout`).Scan(&l.saved)
 		if err == nil {
-			_, err = conn.ExecContext(ctx, fmt.Sprintf(`PRAGMA busy_timeout = %d`, max(1, left.Milliseconds())))
+			_, err = l.conn.ExecContext(ctx, fmt.Sprintf(`PRAGMA busy_timeout = %d`, boundMillis(ctx, s.cfg.LockTimeout-time.Since(start))))
 		}
 		if err != nil {
-			w.restore(ctx, conn)
-			w.release()
+			_ = l.restore(ctx, l.conn)
+			l.release()
 			return nil, s.wrap("setting busy_timeout", err)
 		}
 	}
-	if w.tx, err = conn.BeginTx(context.WithoutCancel(ctx), nil); err != nil {
-		w.restore(ctx, conn)
-		w.release()
-		return nil, s.wrap("beginning the transaction", err)
+	return l, nil
+}
+
+// boundMillis is a busy_timeout of left, or less if ctx ends sooner, at least 1 ms.
+func boundMillis(ctx context.Context, left time.Duration) int64 {
+	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < left {
+		left = time.Until(deadline)
 	}
-	return w, nil
+	return max(1, left.Milliseconds())
 }
 
 // restore puts back the connection's busy_timeout, when the store changed it, through
-// db: the transaction or the connection. It runs whatever ctx's state, so the connection
+// db: a transaction or the connection. It runs whatever ctx's state, so the connection
 // goes back to the pool as it came.
-func (w *writeTx) restore(ctx context.Context, db interface {
-	ExecContext(context.Context, string, ...any) (sql.Result, error)
-}) error {
-	if w.saved < 0 {
+func (l *lease) restore(ctx context.Context, db execer) error {
+	if l.saved < 0 {
 		return nil
 	}
-	_, err := db.ExecContext(context.WithoutCancel(ctx), fmt.Sprintf(`PRAGMA busy_timeout = %d`, w.saved))
+	_, err := db.ExecContext(context.WithoutCancel(ctx), fmt.Sprintf(`PRAGMA busy_timeout = %d`, l.saved))
 	if err == nil {
-		w.saved = -1
+		l.saved = -1
 	}
 	return err
 }
 
-// rollback rolls the transaction back and releases what begin took.
-func (w *writeTx) rollback(ctx context.Context) error {
-	defer w.release()
-	restoreErr := w.restore(ctx, w.tx)
-	if err := w.tx.Rollback(); err != nil && err != sql.ErrTxDone {
+// begin begins a transaction on the lease's connection with ctx's cancellation cut
+// off, so that database/sql does not roll it back by itself (closing the connection
+// under a *sql.Conn handle) between two statements of the store's; statements still see
+// ctx.
+func (l *lease) begin(ctx context.Context) (*sql.Tx, error) {
+	return l.conn.BeginTx(context.WithoutCancel(ctx), nil)
+}
+
+// rollback rolls tx back; a transaction that already ended is not an error.
+func rollback(tx *sql.Tx) error {
+	if err := tx.Rollback(); err != nil && err != sql.ErrTxDone {
 		return fmt.Errorf("inbox: rolling back: %w", err)
-	}
-	if restoreErr != nil {
-		return fmt.Errorf("inbox: restoring busy_timeout: %w", restoreErr)
 	}
 	return nil
 }
 
-// write runs fn in a short write transaction of the store's own (begin), and commits.
+// write runs fn in a short write transaction of the store's own, in this process's
+// turn at the write lock, and commits; attempts whose end is pending (see
+// running.pending) end with it.
 func (s *Store) write(ctx context.Context, doing string, fn func(tx *sql.Tx) error) error {
-	w, err := s.begin(ctx, doing)
+	l, err := s.enter(ctx, doing)
 	if err != nil {
 		return err
 	}
-	err = fn(w.tx)
+	defer l.release()
+	tx, err := l.begin(ctx)
+	if err != nil {
+		return joinErrors(s.wrap(doing, err), l.restore(ctx, l.conn))
+	}
+	err = fn(tx)
+	var ended []string
 	if err == nil {
-		if err = w.restore(ctx, w.tx); err != nil {
-			err = fmt.Errorf("restoring busy_timeout: %w", err)
-		}
+		ended, err = s.endPending(ctx, tx, l.info.running)
+	}
+	if restoreErr := l.restore(ctx, tx); err == nil && restoreErr != nil {
+		err = fmt.Errorf("restoring busy_timeout: %w", restoreErr)
 	}
 	if err != nil {
-		rbErr := w.rollback(ctx)
-		if rbErr != nil {
-			return s.wrap(doing, fmt.Errorf("%w; %w", err, rbErr))
-		}
-		return s.wrap(doing, err)
+		return joinErrors(s.wrap(doing, err), rollback(tx))
 	}
-	defer w.release()
-	if err := w.tx.Commit(); err != nil {
+	if err := tx.Commit(); err != nil {
 		return s.wrap(doing+": committing", err)
 	}
+	l.info.running.end(ended...)
 	return nil
 }

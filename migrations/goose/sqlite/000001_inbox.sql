@@ -1,6 +1,6 @@
 -- +goose Up
 -- Generated from the golang-migrate files by migratetest (go test -update); do not edit.
--- The inbox tables for SQLite 3.35+, as schema/sqlite.sql creates them (table "inbox").
+-- The inbox tables for SQLite 3.24+, as schema/sqlite.sql creates them (table "inbox").
 -- IF NOT EXISTS lets a database whose tables CreateSchema or schema/sqlite.sql made
 -- adopt the migrations: this version then changes nothing.
 
@@ -19,15 +19,17 @@ CREATE TABLE IF NOT EXISTS "inbox" (
 -- The purge scans keys by age.
 CREATE INDEX IF NOT EXISTS "inbox_processed_at" ON "inbox" ("processed_at");
 
--- Started and cleanly ended attempts, written outside the handler's transaction, when
--- Config.MaxAttempts is set: started - ended counts attempts that crashed the process.
+-- One row per attempt to process a message (Config.MaxAttempts), named by a random
+-- token, written before the handler's transaction begins and deleted when the attempt
+-- ends. While its attempt runs, its process holds an advisory lock on one byte of the
+-- file <database>-inbox-attempts.lock: a row whose byte is free is an attempt whose
+-- process died.
 CREATE TABLE IF NOT EXISTS "inbox_attempts" (
     "consumer"   TEXT    NOT NULL,
     "key"        TEXT    NOT NULL,
-    "started"    INTEGER NOT NULL DEFAULT 1,
-    "ended"      INTEGER NOT NULL DEFAULT 0,
+    "attempt"    TEXT    NOT NULL,
     "started_at" INTEGER NOT NULL DEFAULT (CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)),
-    PRIMARY KEY ("consumer", "key")
+    PRIMARY KEY ("consumer", "key", "attempt")
 ) WITHOUT ROWID;
 
 -- +goose Down
