@@ -49,6 +49,10 @@ type backend struct {
 	credit        func(ctx context.Context, amount int) error
 	pool          *pgxpool.Pool // pgx only
 	balance       func(t testing.TB) (total, credits int)
+	// readTx, set on a database with one writer at a time (SQLite), begins a
+	// transaction that only reads: one of the application's that does not hold the
+	// write lock the middleware's own transaction needs.
+	readTx func(t testing.TB) *sql.Tx
 }
 
 // openBackend opens the named database on the given tables, creating them (and dropping
@@ -156,6 +160,14 @@ func openBackend(t testing.TB, name, table, ledger string, create bool, tweak fu
 			})
 		}
 		b.store = store
+		b.readTx = func(t testing.TB) *sql.Tx {
+			tx, err := db.BeginTx(context.Background(), &sql.TxOptions{ReadOnly: true}) // deferred: no write lock
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = tx.Rollback() })
+			_, err = tx.Exec(`SELECT count(*) FROM ` + lt)
+			require.NoError(t, err)
+			return tx
+		}
 		b.credit = func(ctx context.Context, amount int) error {
 			tx, ok := inbox.TxFromContext[*sql.Tx](ctx)
 			if !ok {
