@@ -39,18 +39,25 @@
 //     serves one message at a time: anything else that needs the connection (a second
 //     inbox.New, Stats, your reads) waits for the claim in flight to end. Tests that
 //     deliver concurrently want a file in t.TempDir(), which behaves as in production.
-//     A shared cache (cache=shared) answers a conflict with SQLITE_LOCKED at once,
-//     without waiting: the store's own claims queue before they reach it, but other
-//     writers and readers of a table being written meet it.
+//     A shared cache (cache=shared) answers a conflict with SQLITE_LOCKED: mattn/go-sqlite3
+//     returns it (ErrContended), modernc.org/sqlite waits for the holder through
+//     sqlite3_unlock_notify, without bound. The store's own claims queue before they meet it.
 //   - synchronous: leave it FULL (the default) if a commit must survive a power loss
 //     before the broker's ack; NORMAL in WAL can lose the last commits, whose messages
 //     the broker then no longer has.
 //
+// # Attempts
+//
+// With inbox.Config.MaxAttempts, a running attempt holds an advisory lock on one byte of
+// <database>-inbox-attempts.lock, which the kernel drops when its process dies: the
+// claim counts only attempts whose byte is free (ADR 82). The database's directory must
+// be writable.
+//
 // # What SQLite cannot do
 //
-//   - Count attempts (inbox.Config.MaxAttempts) beside a joined transaction: the owner
-//     holds, or will take, the only write lock, so the count would wait for it; the
-//     store refuses with inbox.ErrAttemptsNeedConn.
+//   - Count attempts beside a joined transaction: the owner holds, or will take, the only
+//     write lock, so the attempt's row would wait for it; ClaimIn refuses a Record with
+//     an Attempt with inbox.ErrAttemptsNeedConn.
 //   - Notice a cancelled context while waiting for another process's lock: SQLite's
 //     busy handler sleeps until busy_timeout (or the LockTimeout the store sets). Waits
 //     for writers of the same process do notice it.
