@@ -22,8 +22,9 @@ type Config struct {
 	// restored at once, so the handler runs under the connection's own), and waits at
 	// most as long for the other writers of this process. When it expires the claim
 	// fails with inbox.ErrContended and the message comes again. Defaults to 0: wait as
-	// long as the connection's busy_timeout allows (New refuses a handle whose
-	// busy_timeout is 0, since a duplicate would then fail at once instead of waiting).
+	// long as the connection's busy_timeout allows, or, on a connection whose
+	// busy_timeout is 0 (SQLite's default, under which a duplicate would fail at once
+	// instead of waiting), DefaultBusyTimeout, set by the store as above.
 	LockTimeout time.Duration
 }
 

@@ -19,9 +19,9 @@
 // # Settings
 //
 //   - busy_timeout: how long a transaction waits for another's write lock before
-//     SQLITE_BUSY. Verify (so inbox.New) refuses a handle whose busy_timeout is 0 unless
-//     Config.LockTimeout is set: a concurrent duplicate would fail at once instead of
-//     waiting for the first delivery. DSN sets 5 s.
+//     SQLITE_BUSY. On a handle whose busy_timeout is 0 (SQLite's default: a concurrent
+//     duplicate would fail at once instead of waiting for the first delivery) the store
+//     sets DefaultBusyTimeout itself for its claims, and puts 0 back. DSN sets 5 s.
 //   - journal_mode=WAL: readers and the writer do not block each other. Every process
 //     must be on one host (no network file system). Any journal mode works; DSN asks for
 //     WAL.

@@ -125,5 +125,8 @@ func (s *Store) waitName() string {
 	if s.cfg.LockTimeout > 0 {
 		return fmt.Sprintf("Config.LockTimeout (%v)", s.cfg.LockTimeout)
 	}
+	if known := s.known.Load(); known != nil && known.bound > 0 {
+		return fmt.Sprintf("the store's wait on a connection without busy_timeout (%v)", known.bound)
+	}
 	return "the connection's busy_timeout"
 }

@@ -120,12 +120,21 @@ func waitFor(t *testing.T, lines *bufio.Scanner, line string) {
 // LockTimeout the wait is bounded: ErrContended.
 func TestDuplicateInAnotherProcess(t *testing.T) {
 	t.Parallel()
-	for _, end := range []string{"commit", "rollback"} {
-		t.Run(end, func(t *testing.T) {
+	for _, c := range []struct {
+		end string
+		dsn func(path string) string
+	}{
+		{"commit", sqlitestore.DSN},
+		{"rollback", sqlitestore.DSN},
+		// No busy_timeout on the handle: the store waits DefaultBusyTimeout itself.
+		{"commit", func(path string) string { return "file:" + path }},
+	} {
+		end := c.end
+		t.Run(fmt.Sprintf("%s/%s", end, c.dsn("app.db")), func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			path := tempPath(t)
-			db := open(t, "sqlite", sqlitestore.DSN(path))
+			db := open(t, "sqlite", c.dsn(path))
 			l := newLedger(t, db)
 			ib, err := inbox.New(inbox.Config{Store: newStore(t, db, sqlitestore.Config{}), Consumer: "billing"})
 			require.NoError(t, err)

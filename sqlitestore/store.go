@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/watermill-inbox/inbox"
@@ -25,7 +26,7 @@ type Store struct {
 	sql queries
 
 	infoMu sync.Mutex
-	known  *dbInfo // nil until read
+	known  atomic.Pointer[dbInfo] // nil until read
 }
 
 var _ inbox.Store = (*Store)(nil)

@@ -17,10 +17,8 @@ var (
 )
 
 // Verify implements inbox.Store. It checks that the tables exist with the columns the
-// store needs (an error wrapping inbox.ErrNoTable otherwise), and that the handle can
-// serve a claim: a busy_timeout (or Config.LockTimeout), so that a concurrent duplicate
-// waits instead of failing at once, and, for an in-memory database behind a pool, one
-// database shared by the pool's connections.
+// store needs (an error wrapping inbox.ErrNoTable otherwise), and, for an in-memory
+// database behind a pool, that the pool's connections share one database.
 func (s *Store) Verify(ctx context.Context) error {
 	info, err := s.info(ctx)
 	if err != nil {
@@ -28,10 +26,6 @@ func (s *Store) Verify(ctx context.Context) error {
 	}
 	if err := s.checkTables(ctx, s.db); err != nil {
 		return err
-	}
-	if info.busy == 0 && s.cfg.LockTimeout == 0 {
-		return fmt.Errorf("inbox: the SQLite connection's busy_timeout is 0, so a claim that meets a concurrent duplicate (or any other writer) would fail at once instead of waiting for it: " +
-			"open the database with busy_timeout set, e.g. sqlitestore.DSN(path) with modernc.org/sqlite (_pragma=busy_timeout(5000)), _busy_timeout=5000 with github.com/mattn/go-sqlite3; or set sqlitestore.Config.LockTimeout")
 	}
 	if pool, ok := s.db.(*sql.DB); ok && info.path == "" && pool.Stats().MaxOpenConnections != 1 {
 		return s.checkSharedMemory(ctx, pool)

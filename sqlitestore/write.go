@@ -16,14 +16,21 @@ type dbInfo struct {
 	busy    time.Duration // the handle's busy_timeout
 	gate    *gate         // this process's queue for the file's write lock
 	running *running      // the attempts running in this process (and the lock file)
+	// bound is the wait for the write lock the store sets itself as the connection's
+	// busy_timeout for a claim's first statement: Config.LockTimeout, or, on a handle
+	// whose busy_timeout is 0, DefaultBusyTimeout; 0 when the handle's own applies.
+	bound time.Duration
 }
 
 // info reads, once, the database's file and the handle's busy_timeout.
 func (s *Store) info(ctx context.Context) (*dbInfo, error) {
+	if known := s.known.Load(); known != nil {
+		return known, nil
+	}
 	s.infoMu.Lock()
 	defer s.infoMu.Unlock()
-	if s.known != nil {
-		return s.known, nil
+	if known := s.known.Load(); known != nil {
+		return known, nil
 	}
 	var info dbInfo
 	if err := s.db.QueryRowContext(ctx, `SELECT "file" FROM pragma_database_list WHERE "name" = 'main'`).Scan(&info.path); err != nil {
@@ -34,10 +41,14 @@ func (s *Store) info(ctx context.Context) (*dbInfo, error) {
 		return nil, s.wrap("reading busy_timeout", err)
 	}
 	info.busy = time.Duration(ms) * time.Millisecond
+	info.bound = s.cfg.LockTimeout
+	if info.bound == 0 && info.busy == 0 {
+		info.bound = DefaultBusyTimeout * time.Millisecond
+	}
 	info.gate = gateFor(info.path)
 	info.running = runningFor(info.path)
-	s.known = &info
-	return s.known, nil
+	s.known.Store(&info)
+	return &info, nil
 }
 
 // execer is what a *sql.Tx, *sql.DB and *sql.Conn share for a statement.
@@ -46,8 +57,8 @@ type execer interface {
 }
 
 // lease is this process's turn at the database's write lock (the gate) and a connection
-// of the store's own, with busy_timeout set to what is left of LockTimeout when that is
-// set, until restore.
+// of the store's own, with busy_timeout set to what is left of dbInfo.bound when there
+// is one, until restore.
 type lease struct {
 	info *dbInfo
 	conn inbox.SQLDB
@@ -69,7 +80,7 @@ func (s *Store) enter(ctx context.Context, doing string) (*lease, error) {
 		return nil, err
 	}
 	start := time.Now()
-	wait := s.cfg.LockTimeout
+	wait := info.bound
 	if wait == 0 {
 		wait = info.busy
 	}
@@ -89,10 +100,10 @@ func (s *Store) enter(ctx context.Context, doing string) (*lease, error) {
 	}
 	var once sync.Once
 	l.release = func() { once.Do(func() { closeConn(); leave() }) }
-	if s.cfg.LockTimeout > 0 {
+	if info.bound > 0 {
 		err := l.conn.QueryRowContext(ctx, `PRAGMA busy_timeout`).Scan(&l.saved)
 		if err == nil {
-			_, err = l.conn.ExecContext(ctx, fmt.Sprintf(`PRAGMA busy_timeout = %d`, boundMillis(ctx, s.cfg.LockTimeout-time.Since(start))))
+			_, err = l.conn.ExecContext(ctx, fmt.Sprintf(`PRAGMA busy_timeout = %d`, boundMillis(ctx, info.bound-time.Since(start))))
 		}
 		if err != nil {
 			_ = l.restore(ctx, l.conn)
