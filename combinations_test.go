@@ -40,7 +40,7 @@ func exerciseCombinations(t *testing.T, f storeFlavour) {
 			ib := newTestInbox(t, fx.store, inbox.Config{MaxAttempts: 2})
 			begin := src.begin(fx)
 			// Counting beside the joined transaction needs a connection that is not its own.
-			refused := fx.handle == oneSQLConn || fx.handle == onePgxConn && src.same
+			refused := fx.handle == oneSQLConn || fx.handle == onePgxConn && src.same || f.caps.oneWriter
 
 			// The handler fails; the owner rolls back: nothing stays, the redelivery processes.
 			tx, end := begin(t)
@@ -122,6 +122,33 @@ func exerciseCombinations(t *testing.T, f storeFlavour) {
 				done <- err
 			}()
 			<-holding
+			if fx.beginTakesLock {
+				// The owner's BEGIN waits for the holder's write lock instead; the claim then
+				// finds the key the holder committed.
+				var began struct {
+					tx  any
+					end func(bool) error
+				}
+				beginDone := make(chan struct{})
+				go func() {
+					defer close(beginDone)
+					began.tx, began.end = begin(t)
+				}()
+				select {
+				case <-beginDone:
+					t.Fatal("the owner's BEGIN must wait for the holder's write lock")
+				case <-time.After(300 * time.Millisecond):
+				}
+				close(release)
+				require.NoError(t, <-done)
+				<-beginDone
+				require.NotNil(t, began.end, "the owner's BEGIN failed")
+				dup, err := creditOnce(inbox.ContextWithTx(ctx, began.tx), ib, fx.ledger, "billing", "order-2", 190)
+				require.NoError(t, err)
+				require.True(t, dup)
+				require.NoError(t, began.end(false))
+				return
+			}
 			tx, end = begin(t)
 			_, err = creditOnce(inbox.ContextWithTx(ctx, tx), ib, fx.ledger, "billing", "order-2", 190)
 			close(release)

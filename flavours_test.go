@@ -40,6 +40,11 @@ func storeFlavours() []storeFlavour {
 		mysqlFlavour("tidb-repeatable-read", tidbDSNOf, inbox.MySQLConfig{Engine: inbox.MySQLTiDB, Isolation: sql.LevelRepeatableRead}),
 		redisFlavour(),
 		redisClusterFlavour(),
+		// SQLite (sqlitestore): helpers_sqlite_test.go.
+		sqliteFlavour("sqlite", modernc, pooled),
+		sqliteFlavour("sqlite-conn", modernc, oneSQLConn),
+		sqliteFlavour("sqlite-session-settings", moderncSession, pooled),
+		sqliteFlavour("sqlite-mattn", mattn, pooled),
 	}
 }
 
@@ -64,6 +69,10 @@ type caps struct {
 	noNeighbours        bool // no cheap look at other consumers' names: no ConsumerNeighbours
 	noAttemptCount      bool // no count of unfinished attempts per consumer: no AttemptCounter
 	noNetwork           bool // no network connection to break (an embedded database): no fault axis
+	// oneWriter: one write transaction at a time per database (SQLite): a transaction
+	// the inbox joins holds, or will take, the only write lock, so attempts cannot be
+	// counted beside it (ErrAttemptsNeedConn).
+	oneWriter bool
 }
 
 type storeOpts struct {
@@ -97,6 +106,9 @@ type fixture struct {
 	// faults breaks the store's connections at a delivery's steps; set when opened
 	// with storeOpts.faults (flavours_faults_test.go).
 	faults *netFaults
+	// beginTakesLock: begin and beginOther take the database's write lock at BEGIN
+	// (SQLite with _txlock=immediate), so they wait for a writer that holds it.
+	beginTakesLock bool
 }
 
 // lockProbe reads and sets the session setting LockTimeout changes: lock_timeout on

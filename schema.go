@@ -15,6 +15,9 @@ var (
 
 	//go:embed schema/mysql.sql
 	mysqlSchema string
+
+	//go:embed schema/sqlite.sql
+	sqliteSchema string
 )
 
 // DefaultTable is the inbox table's default name. A store also uses the table
@@ -59,6 +62,16 @@ func MySQLSchema(table string) (string, error) {
 		return "", fmt.Errorf("inbox: %w", err)
 	}
 	return withTable(mysqlSchema, "`", table), nil
+}
+
+// SQLiteSchema returns the SQLite DDL (schema/sqlite.sql) for an inbox table named
+// table, for the store in package sqlitestore. It holds several statements, which
+// database/sql's SQLite drivers run in one Exec.
+func SQLiteSchema(table string) (string, error) {
+	if err := validateTable(table); err != nil {
+		return "", fmt.Errorf("inbox: %w", err)
+	}
+	return withTable(sqliteSchema, `"`, table), nil
 }
 
 // sqlStatements splits a schema file of ours into its statements, each ended by ";" at

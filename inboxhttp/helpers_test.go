@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -13,13 +15,15 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+	_ "modernc.org/sqlite" // the "sqlite" database/sql driver
 
 	"github.com/watermill-inbox/inbox"
 	"github.com/watermill-inbox/inbox/inboxhttp"
 	"github.com/watermill-inbox/inbox/internal/sqltest"
+	"github.com/watermill-inbox/inbox/sqlitestore"
 )
 
-// The tests run on real PostgreSQL (pgx) and MariaDB, each request through a real server
+// The tests run on real PostgreSQL (pgx), MariaDB and SQLite (a file), each request through a real server
 // on loopback and a real client. Outside CI a database that cannot be reached skips its
 // tests, naming the variable to set; under CI (CI=true) it fails them.
 
@@ -34,7 +38,7 @@ func testDSN(name string) string {
 	panic("no test database " + name)
 }
 
-var backendNames = []string{"pgx", "mariadb"}
+var backendNames = []string{"pgx", "mariadb", "sqlite"}
 
 // backend is one database with an inbox table and a ledger table that handlers credit
 // through the inbox transaction.
@@ -45,6 +49,10 @@ type backend struct {
 	credit        func(ctx context.Context, amount int) error
 	pool          *pgxpool.Pool // pgx only
 	balance       func(t testing.TB) (total, credits int)
+	// readTx, set on a database with one writer at a time (SQLite), begins a
+	// transaction that only reads: one of the application's that does not hold the
+	// write lock the middleware's own transaction needs.
+	readTx func(t testing.TB) *sql.Tx
 }
 
 // openBackend opens the named database on the given tables, creating them (and dropping
@@ -128,6 +136,48 @@ func openBackend(t testing.TB, name, table, ledger string, create bool, tweak fu
 		}
 		b.balance = func(t testing.TB) (total, credits int) {
 			require.NoError(t, db.QueryRow("SELECT COALESCE(SUM(amount), 0), COUNT(*) FROM "+lt).Scan(&total, &credits))
+			return total, credits
+		}
+	case "sqlite":
+		// A file named after the table, so that a helper process given the same names
+		// opens the same database.
+		path := filepath.Join(os.TempDir(), "inboxhttp-"+table+".db")
+		db, err := sql.Open("sqlite", sqlitestore.DSN(path))
+		require.NoError(t, err)
+		db.SetMaxOpenConns(20)
+		t.Cleanup(func() { _ = db.Close() })
+		store, err := sqlitestore.New(db, sqlitestore.Config{Table: table})
+		require.NoError(t, err)
+		lt := `"` + ledger + `"`
+		if create {
+			require.NoError(t, store.CreateSchema(ctx))
+			_, err = db.Exec(`CREATE TABLE ` + lt + ` (id INTEGER PRIMARY KEY, amount INTEGER NOT NULL)`)
+			require.NoError(t, err)
+			t.Cleanup(func() {
+				for _, suffix := range []string{"", "-wal", "-shm"} {
+					_ = os.Remove(path + suffix)
+				}
+			})
+		}
+		b.store = store
+		b.readTx = func(t testing.TB) *sql.Tx {
+			tx, err := db.BeginTx(context.Background(), &sql.TxOptions{ReadOnly: true}) // deferred: no write lock
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = tx.Rollback() })
+			_, err = tx.Exec(`SELECT count(*) FROM ` + lt)
+			require.NoError(t, err)
+			return tx
+		}
+		b.credit = func(ctx context.Context, amount int) error {
+			tx, ok := inbox.TxFromContext[*sql.Tx](ctx)
+			if !ok {
+				return fmt.Errorf("no *sql.Tx in the request context")
+			}
+			_, err := tx.ExecContext(ctx, `INSERT INTO `+lt+` (amount) VALUES (?)`, amount)
+			return err
+		}
+		b.balance = func(t testing.TB) (total, credits int) {
+			require.NoError(t, db.QueryRow(`SELECT COALESCE(SUM(amount), 0), COUNT(*) FROM `+lt).Scan(&total, &credits))
 			return total, credits
 		}
 	default:

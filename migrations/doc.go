@@ -1,18 +1,19 @@
 // Package migrations holds the inbox tables as versioned migrations, for the default
 // table name "inbox", in the layouts the common Go migration tools read as they are:
 //
-//   - postgres/ and mysql/: golang-migrate files (000001_inbox.up.sql and .down.sql).
-//     Atlas reads them too, with the atlas.sum next to them:
+//   - postgres/, mysql/ and sqlite/: golang-migrate files (000001_inbox.up.sql and
+//     .down.sql). Atlas reads them too, with the atlas.sum next to them:
 //     atlas migrate apply --dir "file://migrations/postgres?format=golang-migrate".
-//   - goose/postgres/ and goose/mysql/: the same migrations as goose files (one file per
-//     version with -- +goose Up / Down), generated from the golang-migrate files.
+//   - goose/postgres/, goose/mysql/ and goose/sqlite/: the same migrations as goose files
+//     (one file per version with -- +goose Up / Down), generated from the golang-migrate
+//     files.
 //
 // schema/*.sql states the current schema; the migrations reach it step by step. A
 // schema change ships as a new migration (000002_...) in every layout, never as an
 // edit of a released one (go test -update in migratetest regenerates the goose files
 // and atlas.sum). The migratetest module applies them with golang-migrate, goose and
-// atlas, as libraries, to PostgreSQL, MariaDB and MySQL, and compares the catalog with
-// what schema/*.sql creates.
+// atlas, as libraries, to PostgreSQL, MariaDB, MySQL and SQLite, and compares the catalog
+// with what schema/*.sql creates.
 //
 // FS embeds the files, for tools that take an fs.FS:
 //
@@ -22,7 +23,7 @@ package migrations
 
 import "embed"
 
-// FS holds postgres/, mysql/ and goose/.
+// FS holds postgres/, mysql/, sqlite/ and goose/.
 //
-//go:embed postgres mysql goose
+//go:embed postgres mysql sqlite goose
 var FS embed.FS

@@ -1,27 +1,28 @@
-// Command redelivery replays, against a real PostgreSQL and Watermill's GoChannel, what
+// Command redelivery replays, against a real database and Watermill's GoChannel, what
 // happens to one cashback event when it is delivered more than once: the wallet is
 // credited once.
 //
-//	go run ./_examples/redelivery
+//	go run ./_examples/redelivery                # SQLite, a file in a temporary directory: no server
+//	go run ./_examples/redelivery -db postgres   # INBOX_POSTGRES_DSN, by default postgres://postgres@127.0.0.1:5432/test
+//	go run ./_examples/redelivery -db mysql      # INBOX_MARIADB_DSN, by default root@tcp(127.0.0.1:3306)/test
 //
-// It uses INBOX_POSTGRES_DSN, by default postgres://postgres@127.0.0.1:5432/test.
+// The handlers are the same on each: they write through the inbox's *sql.Tx.
 package main
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"log"
-	"os"
 	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/watermill-inbox/inbox"
 )
@@ -40,33 +41,20 @@ type outcome struct {
 }
 
 func main() {
-	if err := run(context.Background()); err != nil {
+	which := flag.String("db", "sqlite", "database: sqlite (a new file, no server), postgres or mysql")
+	flag.Parse()
+	if err := run(context.Background(), *which); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func run(ctx context.Context) error {
-	dsn := os.Getenv("INBOX_POSTGRES_DSN")
-	if dsn == "" {
-		dsn = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-	}
-	pool, err := pgxpool.New(ctx, dsn)
+func run(ctx context.Context, which string) error {
+	db, err := openDatabase(ctx, which) // db.go: the store, and the example's tables
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	if err := resetTables(ctx, pool); err != nil {
-		return err
-	}
-
-	store, err := inbox.NewPostgresStore(pool, inbox.PostgresConfig{Table: "example_inbox"})
-	if err != nil {
-		return err
-	}
-	if err := store.CreateSchema(ctx); err != nil {
-		return err
-	}
-	ib, err := inbox.New(inbox.Config{Store: store}) // consumer = the handler's name
+	defer db.close()
+	ib, err := inbox.New(inbox.Config{Store: db.store}) // consumer = the handler's name
 	if err != nil {
 		return err
 	}
@@ -77,8 +65,11 @@ func run(ctx context.Context) error {
 		if err := json.Unmarshal(msg.Payload, &event); err != nil {
 			return err
 		}
-		tx, _ := inbox.TxFromContext[pgx.Tx](msg.Context())
-		if _, err := tx.Exec(msg.Context(), `UPDATE example_wallets SET cents = cents + $1 WHERE id = 'alice'`, event.CashbackCents); err != nil {
+		tx, err := inbox.RequireTx[*sql.Tx](msg.Context())
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(msg.Context(), db.q(`UPDATE example_wallets SET cents = cents + ? WHERE id = 'alice'`), event.CashbackCents); err != nil {
 			return err
 		}
 		if providerDown.CompareAndSwap(true, false) { // fails once: the redelivery succeeds
@@ -87,8 +78,11 @@ func run(ctx context.Context) error {
 		return nil
 	}
 	receipts := func(msg *message.Message) error {
-		tx, _ := inbox.TxFromContext[pgx.Tx](msg.Context())
-		_, err := tx.Exec(msg.Context(), `INSERT INTO example_receipts (order_uuid) VALUES ($1)`, msg.UUID)
+		tx, err := inbox.RequireTx[*sql.Tx](msg.Context())
+		if err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(msg.Context(), db.q(`INSERT INTO example_receipts (order_uuid) VALUES (?)`), msg.UUID)
 		return err
 	}
 
@@ -111,7 +105,7 @@ func run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		router.AddMiddleware(report(outcomes, pool), ib.Middleware)
+		router.AddMiddleware(report(outcomes, db), ib.Middleware)
 		for name, sub := range handlers {
 			h := map[string]message.NoPublishHandlerFunc{"cashback": cashback, "receipts": receipts}[name]
 			router.AddConsumerHandler(name, "orders", sub, h)
@@ -167,11 +161,11 @@ func newEvent(uuid string, cashbackCents int64) *message.Message {
 // report is an outer middleware that tells the example what the inbox did, and the
 // wallet's balance right after (before the router acks or nacks, so before any
 // redelivery).
-func report(outcomes chan<- outcome, pool *pgxpool.Pool) message.HandlerMiddleware {
+func report(outcomes chan<- outcome, db *database) message.HandlerMiddleware {
 	return func(h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) ([]*message.Message, error) {
 			produced, err := h(msg)
-			wallet, walletErr := walletCents(context.Background(), pool)
+			wallet, walletErr := db.walletCents(context.Background())
 			if walletErr != nil {
 				log.Fatal(walletErr)
 			}
@@ -199,18 +193,3 @@ func describe(o outcome) string {
 }
 
 func cents(c int64) string { return fmt.Sprintf("%d.%02d", c/100, c%100) }
-
-func walletCents(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
-	var c int64
-	err := pool.QueryRow(ctx, `SELECT cents FROM example_wallets WHERE id = 'alice'`).Scan(&c)
-	return c, err
-}
-
-func resetTables(ctx context.Context, pool *pgxpool.Pool) error {
-	_, err := pool.Exec(ctx, `
-		DROP TABLE IF EXISTS example_inbox, example_inbox_attempts, example_wallets, example_receipts;
-		CREATE TABLE example_wallets (id text PRIMARY KEY, cents bigint NOT NULL);
-		INSERT INTO example_wallets VALUES ('alice', 0);
-		CREATE TABLE example_receipts (order_uuid text NOT NULL)`)
-	return err
-}

@@ -28,7 +28,7 @@ import (
 )
 
 func main() {
-	flavours := flag.String("flavours", "pgx,sqlpg,mariadb", "store flavours: pgx, sqlpg, mariadb, mysql")
+	flavours := flag.String("flavours", "pgx,sqlpg,mariadb", "store flavours: pgx, sqlpg, mariadb, mysql, sqlite (a new file in INBOX_SQLITE_DIR or the temporary directory)")
 	workers := flag.String("workers", "1,8", "worker counts")
 	durabilities := flag.String("durability", "default", "default, relaxed, or both comma-separated")
 	stmts := flag.Int("stmts", 1, "statements per handler: 1 (UPDATE) or 3 (UPDATE, INSERT, SELECT)")
@@ -37,7 +37,7 @@ func main() {
 	mode := flag.String("mode", "paired", "paired: every worker alternates plain and inbox op by op; rounds: A/B/A/B rounds of -duration")
 	out := flag.String("out", "", "CSV of every round (default stdout)")
 	summary := flag.String("summary", "", "CSV of the medians per setting")
-	compare := flag.String("compare", "plain:inbox", "baseline:candidate among plain, plainrc (plain asking for READ COMMITTED explicitly), inbox, unfolded (the store without its shortcut: pgx, mariadb, mysql), brin and noindex (pgx: the inbox table's processed_at index as BRIN, or none), sessioniso (mariadb, mysql: MySQLConfig.SessionIsolation)")
+	compare := flag.String("compare", "plain:inbox", "baseline:candidate among plain, plainrc (plain asking for READ COMMITTED explicitly), inbox, unfolded (the store without its shortcut: pgx, mariadb, mysql), brin and noindex (pgx: the inbox table's processed_at index as BRIN, or none), sessioniso (mariadb, mysql: MySQLConfig.SessionIsolation), handwritten (sqlite: the inbox's statements written by hand over one connection, the floor), handwrittenpool (the same over the pool of 20)")
 	flag.Parse()
 
 	var w io.Writer = os.Stdout
@@ -69,7 +69,7 @@ func main() {
 				closeFn()
 				log.Fatalf("%s: %v", flavour, err)
 			}
-			ops := map[string]benchload.Op{"plain": tgt.Baseline, "plainrc": tgt.BaselineRC, "inbox": tgt.WithInbox, "unfolded": tgt.WithUnfolded}
+			ops := map[string]benchload.Op{"plain": tgt.Baseline, "plainrc": tgt.BaselineRC, "inbox": tgt.WithInbox, "unfolded": tgt.WithUnfolded, "handwritten": tgt.HandWritten, "handwrittenpool": tgt.HandWrittenPool}
 			baseName, candName, _ := strings.Cut(*compare, ":")
 			for _, v := range []string{baseName, candName} {
 				if v == "brin" || v == "noindex" || v == "sessioniso" {
@@ -80,7 +80,7 @@ func main() {
 			}
 			base, cand := ops[baseName], ops[candName]
 			if base == nil || cand == nil {
-				log.Fatalf("-compare %q: use baseline:candidate among plain, plainrc, inbox, unfolded, brin, noindex, sessioniso", *compare)
+				log.Fatalf("-compare %q: use baseline:candidate among plain, plainrc, inbox, unfolded, brin, noindex, sessioniso, handwritten, handwrittenpool", *compare)
 			}
 			for _, ws := range strings.Split(*workers, ",") {
 				n, err := strconv.Atoi(ws)

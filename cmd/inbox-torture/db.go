@@ -58,6 +58,8 @@ func openDatabase(ctx context.Context, o options, worker bool) (database, error)
 		return openRedis(ctx, o, worker)
 	case "vitess":
 		return openVitess(ctx, o, worker)
+	case "sqlite":
+		return openSQLite(ctx, o, worker)
 	}
 	return nil, fmt.Errorf("unknown database %q", o.db)
 }

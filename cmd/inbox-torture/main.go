@@ -23,7 +23,7 @@
 // Meanwhile it injects faults: it SIGKILLs a random worker every -kill-every and restarts
 // it; workers SIGKILL themselves with probability -crash-rate right after a commit, before
 // the ack; it terminates a worker's database connection every -terminate-every
-// (pg_terminate_backend, KILL on MariaDB, CLIENT KILL on Redis); handlers fail with probability -fail-rate after
+// (pg_terminate_backend, KILL on MariaDB, CLIENT KILL on Redis; SQLite has none); handlers fail with probability -fail-rate after
 // writing, so their writes roll back and the message comes again.
 //
 // When every copy was handled (or -duration passed) it stops the workers and checks the
@@ -40,6 +40,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"slices"
 	"time"
 )
@@ -50,6 +51,7 @@ type options struct {
 	slot           int
 	db             string
 	dsn            string
+	dsnChosen      bool // the harness chose -dsn (a new SQLite file) and removes it
 	transport      string
 	workers        int
 	messages       int
@@ -76,8 +78,8 @@ func parseFlags(args []string) (options, error) {
 	fs := flag.NewFlagSet("inbox-torture", flag.ContinueOnError)
 	fs.BoolVar(&o.worker, "worker", false, "run as a worker process (the parent starts them)")
 	fs.IntVar(&o.slot, "slot", 0, "the worker's slot, kept across restarts (its Kafka group instance id)")
-	fs.StringVar(&o.db, "db", "postgres", "database: postgres, mariadb, mysql (MySQL 8+, the same store as MariaDB), tidb, vitess (a vtgate DSN naming a sharded keyspace, with transaction_mode=%27TWOPC%27) or redis (redisstore)")
-	fs.StringVar(&o.dsn, "dsn", "", "database DSN, or Redis address (default INBOX_POSTGRES_DSN, INBOX_MARIADB_DSN, INBOX_MYSQL_DSN, INBOX_TIDB_DSN, INBOX_VITESS_DSN or INBOX_REDIS_ADDR, or the local test database)")
+	fs.StringVar(&o.db, "db", "postgres", "database: postgres, mariadb, mysql (MySQL 8+, the same store as MariaDB), tidb, vitess (a vtgate DSN naming a sharded keyspace, with transaction_mode=%27TWOPC%27), redis (redisstore) or sqlite (sqlitestore, one file all processes open)")
+	fs.StringVar(&o.dsn, "dsn", "", "database DSN, Redis address or SQLite file (default INBOX_POSTGRES_DSN, INBOX_MARIADB_DSN, INBOX_MYSQL_DSN, INBOX_TIDB_DSN, INBOX_VITESS_DSN or INBOX_REDIS_ADDR, or the local test database; for sqlite a new file in the temporary directory, removed after the run)")
 	fs.StringVar(&o.transport, "transport", "direct", "how messages reach the workers: direct, kafka, rabbitmq, nats or redis")
 	fs.IntVar(&o.workers, "workers", 8, "consumer processes")
 	fs.IntVar(&o.messages, "messages", 60, "messages; message i credits i+1 to account i%accounts")
@@ -101,8 +103,8 @@ func parseFlags(args []string) (options, error) {
 		return o, err
 	}
 	switch {
-	case !slices.Contains([]string{"postgres", "mariadb", "mysql", "tidb", "vitess", "redis"}, o.db):
-		return o, fmt.Errorf("-db %q: use postgres, mariadb, mysql, tidb, vitess or redis", o.db)
+	case !slices.Contains([]string{"postgres", "mariadb", "mysql", "tidb", "vitess", "redis", "sqlite"}, o.db):
+		return o, fmt.Errorf("-db %q: use postgres, mariadb, mysql, tidb, vitess, redis or sqlite", o.db)
 	case !slices.Contains([]string{"direct", "kafka", "rabbitmq", "nats", "redis"}, o.transport):
 		return o, fmt.Errorf("-transport %q: use direct, kafka, rabbitmq, nats or redis", o.transport)
 	case o.workers < 1, o.messages < 1, o.accounts < 1, o.concurrency < 1:
@@ -132,6 +134,9 @@ func parseFlags(args []string) (options, error) {
 	if o.run == "" {
 		o.run = fmt.Sprintf("torture_%d_%06x", time.Now().Unix()%1e6, rand.Uint32()&0xffffff)
 	}
+	if o.db == "sqlite" && o.dsn == "" {
+		o.dsn, o.dsnChosen = filepath.Join(os.TempDir(), "inbox-"+o.run+".db"), true
+	}
 	return o, nil
 }
 
@@ -154,6 +159,8 @@ func defaultDSN(db string) string {
 		return envOr("INBOX_TIDB_DSN", "root@tcp(127.0.0.1:4000)/test")
 	case "vitess":
 		return envOr("INBOX_VITESS_DSN", "root@tcp(127.0.0.1:15303)/inbox?transaction_mode=%27TWOPC%27")
+	case "sqlite":
+		return "" // a new file per run: see parseFlags
 	}
 	return envOr("INBOX_POSTGRES_DSN", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
 }

@@ -65,7 +65,7 @@ type dbFlags struct {
 }
 
 func (d *dbFlags) register(fs commandFlags) {
-	fs.StringVar(&d.dsn, "dsn", os.Getenv("INBOX_DSN"), "database `DSN`: postgres://... or mysql://user@tcp(host:port)/db (default $INBOX_DSN)")
+	fs.StringVar(&d.dsn, "dsn", os.Getenv("INBOX_DSN"), "database `DSN`: postgres://..., mysql://user@tcp(host:port)/db, redis://... or sqlite:app.db (default $INBOX_DSN)")
 	fs.StringVar(&d.table, "table", inbox.DefaultTable, "inbox `table` name")
 }
 
@@ -164,15 +164,15 @@ func purgeCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 func schemaCmd(_ context.Context, args []string, stdout, _ io.Writer) error {
 	var table string
-	fs := newFlags("schema", "schema postgres|mysql [--table NAME]",
-		"Prints the DDL that creates the inbox tables (schema/postgres.sql, schema/mysql.sql).", stdout)
+	fs := newFlags("schema", "schema postgres|mysql|sqlite [--table NAME]",
+		"Prints the DDL that creates the inbox tables (schema/postgres.sql, schema/mysql.sql, schema/sqlite.sql).", stdout)
 	fs.StringVar(&table, "table", inbox.DefaultTable, "inbox `table` name")
 	positional, err := fs.parse(args)
 	if err != nil {
 		return err
 	}
 	if len(positional) != 1 {
-		return usagef("name one database: postgres or mysql")
+		return usagef("name one database: postgres, mysql or sqlite")
 	}
 	var ddl string
 	switch positional[0] {
@@ -180,8 +180,10 @@ func schemaCmd(_ context.Context, args []string, stdout, _ io.Writer) error {
 		ddl, err = inbox.PostgresSchema(table)
 	case "mysql", "mariadb":
 		ddl, err = mysqlSchema(table)
+	case "sqlite", "sqlite3":
+		ddl, err = inbox.SQLiteSchema(table)
 	default:
-		return usagef("unknown database %q: use postgres or mysql", positional[0])
+		return usagef("unknown database %q: use postgres, mysql or sqlite", positional[0])
 	}
 	if err != nil {
 		return err

@@ -3,14 +3,16 @@
 // processed again.
 //
 //	inbox purge  --dsn DSN --older-than 720h [--table inbox] [--batch 10000] [--min-retention 168h] [--force] [--json|--quiet]
-//	inbox schema postgres|mysql [--table inbox]
+//	inbox schema postgres|mysql|sqlite [--table inbox]
 //	inbox stats  --dsn DSN [--table inbox] [--json]
 //	inbox forget --dsn DSN --consumer C --key K [--table inbox]
 //
 // DSN is a PostgreSQL URL (postgres://user@host:5432/db), a MySQL DSN
 // (mysql://user@tcp(host:3306)/db, or the go-sql-driver form user@tcp(host:3306)/db), or
 // a Redis URL (redis://host:6379/0, for redisstore: --table names the key prefix, and
-// purge deletes nothing, as Redis expires the keys);
+// purge deletes nothing, as Redis expires the keys), or a SQLite file (sqlite:app.db,
+// sqlite:///abs/app.db, a path ending in .db, .sqlite or .sqlite3, or a modernc.org/sqlite
+// file: URI, for sqlitestore);
 // it defaults to the INBOX_DSN environment variable, which keeps passwords out of the
 // process list. Errors are one line on stderr: exit status 1 for a failure, 2 for a usage
 // error.
@@ -42,14 +44,16 @@ const usage = `inbox operates the tables of the watermill inbox.
 
 Usage:
   inbox purge  --dsn DSN --older-than 720h [--table inbox] [--batch 10000] [--min-retention 168h] [--force] [--json|--quiet]
-  inbox schema postgres|mysql [--table inbox]
+  inbox schema postgres|mysql|sqlite [--table inbox]
   inbox stats  --dsn DSN [--table inbox] [--json]
   inbox forget --dsn DSN --consumer C --key K [--table inbox]
 
 Run "inbox COMMAND --help" for a command's flags.
 
-DSN is a PostgreSQL URL (postgres://user@host:5432/db) or a MySQL DSN
-(mysql://user@tcp(host:3306)/db or user@tcp(host:3306)/db); it defaults to $INBOX_DSN.
+DSN is a PostgreSQL URL (postgres://user@host:5432/db), a MySQL DSN
+(mysql://user@tcp(host:3306)/db or user@tcp(host:3306)/db), a Redis URL
+(redis://host:6379/0) or a SQLite file (sqlite:app.db, or a path ending in .db);
+it defaults to $INBOX_DSN.
 Exit status: 0 success, 1 failure (one line on stderr), 2 usage error.
 `
 

@@ -146,6 +146,9 @@ func databases() []database {
 			}
 			return openMySQLTable(t, "TiDB", "INBOX_TIDB_DSN", dsn, false)
 		}},
+		{name: "sqlite", open: openSQLiteTable("sqlite:")},       // sqlite_test.go
+		{name: "sqlite-path", open: openSQLiteTable("")},         // a bare path ending in .db
+		{name: "sqlite-url", open: openSQLiteTable("sqlite://")}, // sqlite:///abs/path
 	}
 }
 

@@ -38,7 +38,10 @@ func openStore(ctx context.Context, dsn, table string) (inbox.Store, func(), err
 	case strings.HasPrefix(dsn, "redis://"), strings.HasPrefix(dsn, "rediss://"):
 		return openRedis(ctx, dsn, table)
 	}
-	return nil, nil, errors.New("the DSN is neither a PostgreSQL URL (postgres://user@host:5432/db), a MySQL DSN (mysql://user@tcp(host:3306)/db) nor a Redis URL (redis://host:6379/0)")
+	if _, ok := sqlitePath(dsn); ok {
+		return openSQLite(ctx, dsn, table)
+	}
+	return nil, nil, errors.New("the DSN is neither a PostgreSQL URL (postgres://user@host:5432/db), a MySQL DSN (mysql://user@tcp(host:3306)/db), a Redis URL (redis://host:6379/0) nor a SQLite file (sqlite:app.db, or a path ending in .db)")
 }
 
 func openPostgres(ctx context.Context, dsn, table string) (inbox.Store, func(), error) {

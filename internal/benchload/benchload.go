@@ -56,12 +56,15 @@ type Target struct {
 	InboxTable, accounts, log, naive string
 	consumer                         string
 	variants                         []string
+
+	oneMu sync.Mutex
+	one   *sql.DB // sqlite: a handle of one connection, for HandWritten
 }
 
 func (t *Target) mysql() bool { return t.Flavour == "mariadb" || t.Flavour == "mysql" }
 
 func (t *Target) ph(n int) string {
-	if t.mysql() {
+	if t.mysql() || t.Flavour == "sqlite" {
 		return "?"
 	}
 	return "$" + strconv.Itoa(n)
@@ -114,8 +117,10 @@ func NewTarget(ctx context.Context, flavour string, pool *pgxpool.Pool, db *sql.
 		t.Store, err = inbox.NewSQLPostgresStore(db, inbox.SQLPostgresConfig{Table: t.InboxTable})
 	case "mariadb", "mysql":
 		t.Store, err = inbox.NewMySQLStore(db, inbox.MySQLConfig{Table: t.InboxTable})
+	case "sqlite":
+		t.Store, err = t.sqliteStore()
 	default:
-		err = fmt.Errorf("unknown flavour %q: use pgx, sqlpg, mariadb or mysql", flavour)
+		err = fmt.Errorf("unknown flavour %q: use pgx, sqlpg, mariadb, mysql or sqlite", flavour)
 	}
 	if err != nil {
 		return nil, err
@@ -137,6 +142,8 @@ func NewTarget(ctx context.Context, flavour string, pool *pgxpool.Pool, db *sql.
 			ddl[len(ddl)-1] = `INSERT INTO ` + t.quote(t.accounts) + ` (id, n) SELECT a.i + 8*b.i + 64*c.i + 512*d.i, 0 FROM ` +
 				d + ` a, ` + d + ` b, ` + d + ` c, ` + d + ` d`
 		}
+	} else if flavour == "sqlite" {
+		ddl = append(ddl, t.sqliteAccounts())
 	} else {
 		ddl = append(ddl, `INSERT INTO `+t.quote(t.accounts)+` (id, n) SELECT g, 0 FROM generate_series(0, `+strconv.Itoa(Accounts-1)+`) g`)
 	}
@@ -183,6 +190,9 @@ func (t *Target) behind(ib *inbox.Inbox) Op {
 
 // Drop drops the tables NewTarget created, the inbox table only when dropInbox.
 func (t *Target) Drop(ctx context.Context, dropInbox bool) error {
+	if t.one != nil {
+		_ = t.one.Close()
+	}
 	tables := append([]string{t.accounts, t.log, t.naive}, t.variants...)
 	if dropInbox {
 		tables = append(tables, t.InboxTable, t.InboxTable+"_attempts")
@@ -568,6 +578,8 @@ func DSN(flavour string) (variable, dsn string) {
 		variable, dsn = "INBOX_MARIADB_DSN", "root@tcp(127.0.0.1:3306)/test"
 	case "mysql":
 		variable = "INBOX_MYSQL_DSN"
+	case "sqlite":
+		return "INBOX_SQLITE_DIR", "(a new file)"
 	}
 	if v := os.Getenv(variable); v != "" {
 		dsn = v
@@ -619,8 +631,11 @@ func Open(ctx context.Context, flavour string, relaxed bool) (pool *pgxpool.Pool
 			return nil, nil, nil, fmt.Errorf("%s: %w", variable, err)
 		}
 		db, err = sql.Open("mysql", dsn)
+	case "sqlite":
+		db, closeFn, err := openSQLite(ctx, relaxed)
+		return nil, db, closeFn, err
 	default:
-		return nil, nil, nil, fmt.Errorf("unknown flavour %q: use pgx, sqlpg, mariadb or mysql", flavour)
+		return nil, nil, nil, fmt.Errorf("unknown flavour %q: use pgx, sqlpg, mariadb, mysql or sqlite", flavour)
 	}
 	if err == nil {
 		if err = db.PingContext(ctx); err != nil {

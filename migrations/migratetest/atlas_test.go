@@ -28,7 +28,7 @@ func atlasDir(t *testing.T, dialect string) *sqltool.GolangMigrateDir {
 // hash), so atlas applies the directory as it is.
 func TestAtlasSumIsCurrent(t *testing.T) {
 	t.Parallel()
-	for _, dialect := range []string{"postgres", "mysql"} {
+	for _, dialect := range []string{"postgres", "mysql", "sqlite"} {
 		dir := atlasDir(t, dialect)
 		sum, err := dir.Checksum()
 		require.NoError(t, err)

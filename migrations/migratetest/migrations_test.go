@@ -47,7 +47,7 @@ func gooseFile(up, down []byte) []byte {
 // one source.
 func TestGooseFilesAreGenerated(t *testing.T) {
 	t.Parallel()
-	for _, dialect := range []string{"postgres", "mysql"} {
+	for _, dialect := range []string{"postgres", "mysql", "sqlite"} {
 		ups, err := fs.Glob(migrations.FS, dialect+"/*.up.sql")
 		require.NoError(t, err)
 		require.NotEmpty(t, ups)

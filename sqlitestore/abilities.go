@@ -1,0 +1,65 @@
+package sqlitestore
+
+import (
+	"context"
+
+	"github.com/watermill-inbox/inbox"
+)
+
+// The optional store abilities the table metrics and the consumer-name check use.
+var (
+	_ inbox.ConsumerNeighbours = (*Store)(nil)
+	_ inbox.AttemptCounter     = (*Store)(nil)
+)
+
+// NeighbourConsumers implements inbox.ConsumerNeighbours: the consumer itself if it has
+// keys, then the names before and after it, each a seek on the primary key's index.
+func (s *Store) NeighbourConsumers(ctx context.Context, consumer string) ([]string, error) {
+	t := `"` + s.cfg.Table + `"`
+	rows, err := s.db.QueryContext(ctx,
+		`SELECT * FROM (SELECT "consumer" FROM `+t+` WHERE "consumer" = ?1 LIMIT 1)
+		UNION ALL SELECT * FROM (SELECT "consumer" FROM `+t+` WHERE "consumer" < ?1 ORDER BY "consumer" DESC LIMIT 1)
+		UNION ALL SELECT * FROM (SELECT "consumer" FROM `+t+` WHERE "consumer" > ?1 ORDER BY "consumer" LIMIT 1)`, consumer)
+	if err != nil {
+		return nil, s.wrap("reading the consumer names next to "+consumer, err)
+	}
+	defer rows.Close()
+	var found []string
+	for rows.Next() {
+		var c string
+		if err := rows.Scan(&c); err != nil {
+			return nil, s.wrap("reading the consumer names next to "+consumer, err)
+		}
+		if c == consumer {
+			return nil, nil
+		}
+		found = append(found, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.wrap("reading the consumer names next to "+consumer, err)
+	}
+	return found, nil
+}
+
+// UnfinishedAttempts implements inbox.AttemptCounter: one GROUP BY over the attempts
+// table, which holds only attempts in flight and those whose process died.
+func (s *Store) UnfinishedAttempts(ctx context.Context) (map[string]int64, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT "consumer", COUNT(*) FROM "`+s.cfg.Table+`_attempts" GROUP BY "consumer"`)
+	if err != nil {
+		return nil, s.wrap("counting unfinished attempts", err)
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var consumer string
+		var n int64
+		if err := rows.Scan(&consumer, &n); err != nil {
+			return nil, s.wrap("counting unfinished attempts", err)
+		}
+		out[consumer] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.wrap("counting unfinished attempts", err)
+	}
+	return out, nil
+}
