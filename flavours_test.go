@@ -39,6 +39,11 @@ func storeFlavours() []storeFlavour {
 		mysqlFlavour("tidb-repeatable-read", tidbDSNOf, inbox.MySQLConfig{Engine: inbox.MySQLTiDB, Isolation: sql.LevelRepeatableRead}),
 		redisFlavour(),
 		redisClusterFlavour(),
+		// Through PgBouncer in transaction pooling mode: flavours_pgbouncer_test.go.
+		pgbouncerPgxFlavour("pgbouncer-pgx-exec", pooled, "exec"),
+		pgbouncerPgxFlavour("pgbouncer-pgx-simple", pooled, "simple_protocol"),
+		pgbouncerPgxFlavour("pgbouncer-pgx-conn-exec", onePgxConn, "exec"),
+		pgbouncerSQLFlavour("pgbouncer-sqlpostgres-exec", pooled, "exec"),
 	}
 }
 
