@@ -299,8 +299,12 @@ func (s *PostgresStore) Stats(ctx context.Context) ([]ConsumerStats, error) {
 	return stats, nil
 }
 
-// Verify implements Store.
+// Verify implements Store. It also fails, with ErrStatementCache, when db uses pgx's
+// statement cache through a pooler in transaction mode (PgBouncer), where it cannot work.
 func (s *PostgresStore) Verify(ctx context.Context) error {
+	if err := checkPgxPooler(ctx, s.db); err != nil {
+		return err
+	}
 	var n int
 	if err := s.db.QueryRow(ctx, s.sql.verify).Scan(&n); err != nil {
 		return s.wrap("checking the tables", err)
@@ -324,6 +328,9 @@ func (s *PostgresStore) wrap(doing string, err error) error {
 func wrapPostgres(doing, table, createSchema string, err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
+		if statementCacheErr(pgErr) {
+			return fmt.Errorf("inbox: %s: %w: %s: %w", doing, ErrStatementCache, statementCacheFix, err)
+		}
 		switch pgErr.Code {
 		case "40001", "40P01", "55P03": // serialization_failure, deadlock_detected, lock_not_available
 			return fmt.Errorf("inbox: %s: %w: %w", doing, ErrContended, err)

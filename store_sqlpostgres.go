@@ -196,8 +196,13 @@ func (s *SQLPostgresStore) Stats(ctx context.Context) ([]ConsumerStats, error) {
 	return stats, nil
 }
 
-// Verify implements Store.
+// Verify implements Store. It also fails, with ErrStatementCache, when the driver uses
+// pgx's statement cache through a pooler in transaction mode (PgBouncer), where it
+// cannot work.
 func (s *SQLPostgresStore) Verify(ctx context.Context) error {
+	if err := checkSQLPooler(ctx, s.db); err != nil {
+		return err
+	}
 	var n int
 	if err := s.db.QueryRowContext(ctx, s.sql.verify).Scan(&n); err != nil {
 		return s.wrap("checking the tables", err)
