@@ -19,14 +19,15 @@ type foldedClaim struct {
 	s *PostgresStore
 	// acquire returns a connection and the func that gives it back.
 	acquire func(ctx context.Context) (*pgx.Conn, func(), error)
-	// begin is the BEGIN of s.cfg.TxOptions; table the quoted table name.
+	// begin is the BEGIN of s.cfg.TxOptions; table the quoted table name, with its
+	// schema.
 	begin, table string
 }
 
 // newFoldedClaim returns a foldedClaim for s, or nil when s.db is neither a
 // *pgxpool.Pool nor a *pgx.Conn.
 func newFoldedClaim(s *PostgresStore) *foldedClaim {
-	f := &foldedClaim{s: s, table: pgx.Identifier{s.cfg.Table}.Sanitize()}
+	f := &foldedClaim{s: s, table: s.sql.table}
 	switch db := s.db.(type) {
 	case *pgxpool.Pool:
 		f.acquire = func(ctx context.Context) (*pgx.Conn, func(), error) {
@@ -85,7 +86,8 @@ func (f *foldedClaim) claim(ctx context.Context, rec Record) (Claim, error) {
 	}
 	defer release()
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == pgUniqueViolation && pgErr.TableName == f.s.cfg.Table {
+	if errors.As(err, &pgErr) && pgErr.Code == pgUniqueViolation && pgErr.TableName == f.s.cfg.Table &&
+		(f.s.cfg.Schema == "" || pgErr.SchemaName == f.s.cfg.Schema) {
 		return f.duplicate(ctx, conn, rec)
 	}
 	// The transaction may have begun (a lock timeout, a missing table): end it, so that
@@ -144,8 +146,12 @@ func (f *foldedClaim) beginInsert(conn *pgconn.PgConn, rec Record) (string, bool
 		return "", false
 	}
 	var b strings.Builder
-	b.Grow(len(f.begin) + len(f.table) + len(rec.Consumer) + len(rec.Key) + 2*len(rec.Fingerprint) + 160)
+	b.Grow(len(f.begin) + len(f.s.sql.searchPath) + len(f.table) + len(rec.Consumer) + len(rec.Key) + 2*len(rec.Fingerprint) + 160)
 	b.WriteString(f.begin)
+	if f.s.sql.searchPath != "" {
+		b.WriteString("; ")
+		b.WriteString(f.s.sql.searchPath)
+	}
 	if f.s.cfg.LockTimeout > 0 {
 		fmt.Fprintf(&b, "; SELECT set_config('%s', current_setting('lock_timeout'), true); SET LOCAL lock_timeout = %d",
 			savedLockTimeout, lockTimeoutMillis(f.s.cfg.LockTimeout))
