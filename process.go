@@ -25,7 +25,11 @@ func (ib *Inbox) process(ctx context.Context, rec Record, msg *message.Message, 
 	if ib.cfg.MaxAttempts > 0 {
 		var err error
 		if unfinished, err = ib.cfg.Store.StartAttempt(ctx, rec.Consumer, rec.Key); err != nil {
-			return Claim{}, 0, ib.fail(ctx, rec, msg, OutcomeFailed, 0, err)
+			outcome := OutcomeFailed
+			if tenantError(err) {
+				outcome = OutcomeNoTenant
+			}
+			return Claim{}, 0, ib.fail(ctx, rec, msg, outcome, 0, err)
 		}
 	}
 
@@ -41,6 +45,8 @@ func (ib *Inbox) process(ctx context.Context, rec Record, msg *message.Message, 
 	switch {
 	case errors.Is(err, ErrContended):
 		return Claim{}, wait, join(ib.fail(ctx, rec, msg, OutcomeContended, wait, err), ib.endAttempt(ctx, rec))
+	case tenantError(err): // refused before anything was written: no attempt to end
+		return Claim{}, wait, ib.fail(ctx, rec, msg, OutcomeNoTenant, wait, err)
 	case err != nil:
 		return Claim{}, wait, join(ib.fail(ctx, rec, msg, OutcomeFailed, wait, err), ib.endAttempt(ctx, rec))
 	case claim.Duplicate:
@@ -107,6 +113,9 @@ func (ib *Inbox) endAttempt(ctx context.Context, rec Record) error {
 // makes the next delivery succeed.
 func (ib *Inbox) fail(ctx context.Context, rec Record, msg *message.Message, outcome Outcome, claimWait time.Duration, err error) error {
 	what := fmt.Sprintf("consumer %q key %q", rec.Consumer, rec.Key)
+	if tenant, ok := TenantFromContext(ctx); ok && msg != nil && errors.Is(err, ErrUnknownTenant) { // name the metadata too
+		what = fmt.Sprintf("message %s: %s (tenant %s)", msg.UUID, what, tenantOrigin(msg, tenant))
+	}
 	if ctxErr := ctx.Err(); ctxErr != nil {
 		if !errors.Is(err, ctxErr) {
 			err = join(err, ctxErr)
