@@ -154,7 +154,9 @@ func tenantSchemas(t testing.TB) []string {
 	for range tenants {
 		s := tableName("tenant")
 		schemas = append(schemas, s)
-		t.Cleanup(func() { _, _ = pool.Exec(context.Background(), `DROP SCHEMA IF EXISTS `+pgx.Identifier{s}.Sanitize()+` CASCADE`) })
+		t.Cleanup(func() {
+			_, _ = pool.Exec(context.Background(), `DROP SCHEMA IF EXISTS `+pgx.Identifier{s}.Sanitize()+` CASCADE`)
+		})
 	}
 	return schemas
 }
@@ -204,7 +206,9 @@ func mariaDatabasesFixture(t *testing.T, opts storeOpts) fixture {
 	handles := make([]*sql.DB, len(dbs))
 	for i, name := range dbs {
 		handles[i] = openSQL(t, "mysql", mariaDSNOn(t, name), "MariaDB", "INBOX_MARIADB_DSN")
-		t.Cleanup(func() { _, _ = handles[i].Exec(fmt.Sprintf("DROP TABLE IF EXISTS `%s`, `%s`", table, table+"_attempts")) })
+		t.Cleanup(func() {
+			_, _ = handles[i].Exec(fmt.Sprintf("DROP TABLE IF EXISTS `%s`, `%s`", table, table+"_attempts"))
+		})
 	}
 	b := handles[1]
 	return fixture{

@@ -119,7 +119,9 @@ func openMariaDatabasesShape(t *testing.T) tenantSetup {
 		l := sqlLedger{db: db, table: "`" + ledgerTable + "`", insert: "INSERT INTO `" + ledgerTable + "` (amount) VALUES (?)"}
 		_, err := db.Exec("CREATE TABLE " + l.table + " (id BIGINT AUTO_INCREMENT PRIMARY KEY, amount INT NOT NULL) ENGINE=InnoDB")
 		require.NoError(t, err)
-		t.Cleanup(func() { _, _ = db.Exec(fmt.Sprintf("DROP TABLE IF EXISTS %s, `%s`, `%s`", l.table, table, table+"_attempts")) })
+		t.Cleanup(func() {
+			_, _ = db.Exec(fmt.Sprintf("DROP TABLE IF EXISTS %s, `%s`, `%s`", l.table, table, table+"_attempts"))
+		})
 		ledgers = append(ledgers, l)
 	}
 	drop := func(t *testing.T, tenant string) {
