@@ -40,7 +40,9 @@ func tenantBackend(t *testing.T) (backend, func(t testing.TB, tenant string) (to
 	for _, tenant := range httpTenants {
 		s := sqltest.Name("t")
 		schemas[tenant] = s
-		t.Cleanup(func() { _, _ = pool.Exec(context.Background(), `DROP SCHEMA IF EXISTS `+pgx.Identifier{s}.Sanitize()+` CASCADE`) })
+		t.Cleanup(func() {
+			_, _ = pool.Exec(context.Background(), `DROP SCHEMA IF EXISTS `+pgx.Identifier{s}.Sanitize()+` CASCADE`)
+		})
 	}
 	ts, err := inbox.NewTenantStore(inbox.TenantConfig{
 		Lookup: func(_ context.Context, tenant string) (inbox.Tenant, error) {
