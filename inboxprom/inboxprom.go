@@ -20,7 +20,8 @@ import (
 // The metrics an Observer exports.
 const (
 	// MessagesTotal counts messages per consumer and outcome (inbox.Outcome: processed,
-	// duplicate, replayed, mismatch, failed, no_key, contended, too_many_attempts).
+	// duplicate, replayed, mismatch, failed, no_key, contended, too_many_attempts,
+	// no_tenant), and per tenant with Config.TenantLabel.
 	MessagesTotal = "inbox_messages_total"
 	// ClaimWaitSeconds is the time a message's key claim took, per consumer. A claim that
 	// waited on a concurrent duplicate's transaction shows here as a slow one.
@@ -36,6 +37,20 @@ var ClaimWaitBuckets = prometheus.ExponentialBuckets(0.0005, 2, 16)
 type Observer struct {
 	messages  *prometheus.CounterVec
 	claimWait *prometheus.HistogramVec
+	tenant    bool
+}
+
+// Config configures an Observer made with NewWithConfig.
+type Config struct {
+	// Registerer registers the Observer's collectors: prometheus.DefaultRegisterer, or
+	// a registry of your own. Required.
+	Registerer prometheus.Registerer
+
+	// TenantLabel adds the label "tenant" (inbox.Observation.Tenant, empty for a message
+	// without one) to both metrics, for an inbox on an inbox.TenantStore. Each tenant
+	// multiplies the series, so it is off unless asked for: with many tenants, keep it
+	// off and label by tenant in traces (inboxotel) or logs. Defaults to false.
+	TenantLabel bool
 }
 
 var _ inbox.Observer = (*Observer)(nil)
@@ -44,19 +59,30 @@ var _ inbox.Observer = (*Observer)(nil)
 // prometheus.DefaultRegisterer, or a registry of your own). One Observer can serve every
 // inbox of a process: the consumer is a label. Registering twice with the same reg fails.
 func New(reg prometheus.Registerer) (*Observer, error) {
+	return NewWithConfig(Config{Registerer: reg})
+}
+
+// NewWithConfig is New with the options of cfg.
+func NewWithConfig(cfg Config) (*Observer, error) {
+	reg := cfg.Registerer
 	if reg == nil {
 		return nil, errors.New("inboxprom: the registerer is nil: pass prometheus.DefaultRegisterer or a *prometheus.Registry")
+	}
+	messageLabels, waitLabels := []string{"consumer", "outcome"}, []string{"consumer"}
+	if cfg.TenantLabel {
+		messageLabels, waitLabels = append(messageLabels, "tenant"), append(waitLabels, "tenant")
 	}
 	o := &Observer{
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: MessagesTotal,
 			Help: "Messages handled by the inbox, per consumer and outcome.",
-		}, []string{"consumer", "outcome"}),
+		}, messageLabels),
 		claimWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    ClaimWaitSeconds,
 			Help:    "Time spent claiming a message's inbox key, waits on a concurrent duplicate included.",
 			Buckets: ClaimWaitBuckets,
-		}, []string{"consumer"}),
+		}, waitLabels),
+		tenant: cfg.TenantLabel,
 	}
 	for _, c := range []prometheus.Collector{o.messages, o.claimWait} {
 		if err := reg.Register(c); err != nil {
@@ -70,6 +96,13 @@ func New(reg prometheus.Registerer) (*Observer, error) {
 // failure before the claim) is counted but adds no claim-wait sample; a claim that failed
 // or was refused adds its real time. Neither the key nor the message UUID becomes a label.
 func (o *Observer) Observe(_ context.Context, ob inbox.Observation) {
+	if o.tenant {
+		o.messages.WithLabelValues(ob.Consumer, string(ob.Outcome), ob.Tenant).Inc()
+		if ob.ClaimWait > 0 {
+			o.claimWait.WithLabelValues(ob.Consumer, ob.Tenant).Observe(ob.ClaimWait.Seconds())
+		}
+		return
+	}
 	o.messages.WithLabelValues(ob.Consumer, string(ob.Outcome)).Inc()
 	if ob.ClaimWait > 0 {
 		o.claimWait.WithLabelValues(ob.Consumer).Observe(ob.ClaimWait.Seconds())
