@@ -28,7 +28,9 @@ func TestOutboxPerTenantSchema(t *testing.T) {
 	for _, tenant := range tenants {
 		s := sqltest.Name("outbox_" + tenant)
 		schemas[tenant] = s
-		t.Cleanup(func() { _, _ = pool.Exec(context.Background(), `DROP SCHEMA IF EXISTS `+pgx.Identifier{s}.Sanitize()+` CASCADE`) })
+		t.Cleanup(func() {
+			_, _ = pool.Exec(context.Background(), `DROP SCHEMA IF EXISTS `+pgx.Identifier{s}.Sanitize()+` CASCADE`)
+		})
 	}
 	ts, err := inbox.NewTenantStore(inbox.TenantConfig{
 		Lookup: func(_ context.Context, tenant string) (inbox.Tenant, error) {
