@@ -123,6 +123,11 @@ func runParent(ctx context.Context, o options) (bool, error) {
 		return false, fmt.Errorf("reading the ledger: %w", err)
 	}
 	problems := check(o, state)
+	if t, ok := db.(*tenants); ok { // each tenant's ledger holds its messages, exactly
+		if problems, err = checkTenants(ctx, o, t); err != nil {
+			return false, fmt.Errorf("reading the tenants' ledgers: %w", err)
+		}
+	}
 	if !finished {
 		problems = append([]string{fmt.Sprintf("%d of %d deliveries not handled (-duration %v passed, or interrupted)", p.remaining, o.messages*o.copies, o.duration)}, problems...)
 	}
@@ -144,7 +149,7 @@ func (p *parent) workerArgs(slot int) []string {
 		"-accounts", strconv.Itoa(o.accounts), "-concurrency", strconv.Itoa(o.concurrency),
 		"-fail-rate", strconv.FormatFloat(o.failRate, 'g', -1, 64), "-crash-rate", strconv.FormatFloat(o.crashRate, 'g', -1, 64),
 		"-handler-delay", o.handlerDelay.String(), "-kafka-brokers", o.brokers, "-amqp-url", o.amqpURL,
-		"-nats-url", o.natsURL, "-redis-url", o.redisURL}
+		"-nats-url", o.natsURL, "-redis-url", o.redisURL, "-tenants", strconv.Itoa(o.tenants)}
 }
 
 // start starts a new process in slot.
@@ -433,6 +438,36 @@ func (p *parent) stopAll() {
 
 // check compares the ledger with what exactly-once means, message by message.
 func check(o options, s ledgerState) []string {
+	all := make([]int, o.messages)
+	for i := range all {
+		all[i] = i
+	}
+	return checkMessages(o, s, all)
+}
+
+// checkTenants checks each tenant's ledger against its own messages: one applied in
+// another tenant's database is missing in its own and unknown in the other.
+func checkTenants(ctx context.Context, o options, t *tenants) ([]string, error) {
+	states, err := t.tenantLedgers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var problems []string
+	for n, s := range states {
+		var mine []int
+		for i := n; i < o.messages; i += o.tenants {
+			mine = append(mine, i)
+		}
+		for _, p := range checkMessages(o, s, mine) {
+			problems = append(problems, "tenant "+tenantName(n)+": "+p)
+		}
+	}
+	return problems, nil
+}
+
+// checkMessages compares a ledger with what exactly-once means for the messages it
+// should hold, message by message.
+func checkMessages(o options, s ledgerState, messages []int) []string {
 	var problems []string
 	type seen struct{ n, account, amount int }
 	byKey := map[string]*seen{}
@@ -451,7 +486,7 @@ func check(o options, s ledgerState) []string {
 			problems = append(problems, fmt.Sprintf(format, args...))
 		}
 	}
-	for i := range o.messages {
+	for _, i := range messages {
 		key := "m" + strconv.Itoa(i)
 		k := byKey[key]
 		delete(byKey, key)
@@ -471,7 +506,7 @@ func check(o options, s ledgerState) []string {
 		report("ledger entry for an unknown message %q", key)
 	}
 	want := map[int]int64{}
-	for i := range o.messages {
+	for _, i := range messages {
 		want[i%o.accounts] += int64(i + 1)
 	}
 	for a := range o.accounts {
@@ -483,8 +518,8 @@ func check(o options, s ledgerState) []string {
 	for _, k := range s.keys {
 		keys[k] = true
 	}
-	if len(s.keys) != o.messages || len(keys) != o.messages {
-		report("the inbox holds %d keys (%d distinct) for %d messages", len(s.keys), len(keys), o.messages)
+	if len(s.keys) != len(messages) || len(keys) != len(messages) {
+		report("the inbox holds %d keys (%d distinct) for %d messages", len(s.keys), len(keys), len(messages))
 	}
 	if lost+twice+wrong > 0 {
 		problems = append([]string{fmt.Sprintf("%d messages never applied (lost, or not delivered yet), %d applied more than once, %d applied wrongly", lost, twice, wrong)}, problems...)
@@ -497,6 +532,9 @@ func (p *parent) print(wall time.Duration, s ledgerState, problems []string) {
 	deliveries := o.messages * o.copies
 	fmt.Printf("inbox-torture %s/%s: %d workers, %d messages × %d copies, %d accounts, kill every %v, terminate every %v, fail rate %g, crash rate %g\n",
 		o.db, o.transport, o.workers, o.messages, o.copies, o.accounts, o.killEvery, o.terminateEvery, o.failRate, o.crashRate)
+	if o.tenants > 0 {
+		fmt.Printf("  tenants                 %d databases, each ledger checked on its own\n", o.tenants)
+	}
 	fmt.Printf("  wall time               %v (%.0f messages/s, %.0f deliveries/s)\n", wall.Round(time.Millisecond),
 		float64(len(s.keys))/wall.Seconds(), float64(deliveries-p.remaining)/wall.Seconds())
 	fmt.Printf("  processed (reported)    %d, plus %d committed then crashed before the ack\n", p.c.processed, p.c.crashes)
