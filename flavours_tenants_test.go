@@ -35,8 +35,12 @@ func tenantFlavour(name string) storeFlavour {
 func tenantFlavours() []storeFlavour {
 	return []storeFlavour{
 		{name: "tenants-pgx-databases", tenant: caseTenant, open: pgDatabasesFixture, missing: pgDatabasesMissing},
-		{name: "tenants-pgx-schemas", tenant: caseTenant, open: pgSchemasFixture(false), missing: pgSchemasMissing},
-		{name: "tenants-sqlpostgres-schemas", tenant: caseTenant, open: pgSchemasFixture(true), missing: pgSchemasMissing},
+		{name: "tenants-pgx-schemas", tenant: caseTenant, open: pgSchemasFixture(false, directPg), missing: pgSchemasMissing},
+		{name: "tenants-sqlpostgres-schemas", tenant: caseTenant, open: pgSchemasFixture(true, directPg), missing: pgSchemasMissing},
+		// The usual SaaS deployment: a schema per tenant on one pool, through PgBouncer in
+		// transaction mode (the search_path is the transaction's, on whichever server
+		// connection runs it).
+		{name: "tenants-pgbouncer-schemas", tenant: caseTenant, open: pgSchemasFixture(false, bouncedPg), missing: pgSchemasMissing},
 		{name: "tenants-mariadb-databases", tenant: caseTenant, open: mariaDatabasesFixture, missing: mariaDatabasesMissing},
 		{name: "tenants-redis-prefixes", tenant: caseTenant, open: redisPrefixesFixture,
 			caps: caps{noJoin: true, noPurge: true, noSchema: true, noSession: true, handlerCannotCommit: true}},
@@ -98,16 +102,24 @@ func pgDatabasesMissing(t *testing.T) inbox.Store {
 	})
 }
 
+// directPg and bouncedPg are the DSNs of the schema fixtures: PostgreSQL directly, with
+// the suite's session settings, or through PgBouncer in pgx's exec mode.
+func directPg(t testing.TB) string { return pgDSN(t, nil) }
+func bouncedPg(t testing.TB) string {
+	return pgbouncerDSN(t, map[string]string{"default_query_exec_mode": "exec"})
+}
+
 // pgSchemasFixture: a schema per tenant on one server, every tenant's store on one
-// shared pool (pgx, or database/sql with viaSQL), with Schema and SearchPath. Each
-// schema has the tables "inbox" and "ledger" under the same names; the handler credits
-// the unqualified "ledger".
-func pgSchemasFixture(viaSQL bool) func(t *testing.T, opts storeOpts) fixture {
+// shared pool on dsn (pgx, or database/sql with viaSQL), with Schema and SearchPath.
+// Each schema has the tables "inbox" and "ledger" under the same names; the handler
+// credits the unqualified "ledger".
+func pgSchemasFixture(viaSQL bool, dsn func(t testing.TB) string) func(t *testing.T, opts storeOpts) fixture {
 	return func(t *testing.T, opts storeOpts) fixture {
 		ctx := context.Background()
+		openDB := func(t testing.TB) *sql.DB { return openSQL(t, "pgx", dsn(t), "PostgreSQL", "INBOX_POSTGRES_DSN") }
 		schemas := tenantSchemas(t)
-		pool := pgPoolWith(t, pgDSN(t, nil))
-		db := sqlPostgresDBWith(t)
+		pool := pgPoolWith(t, dsn(t))
+		db := openDB(t)
 		newStore := func(pool *pgxpool.Pool, db *sql.DB) inbox.Store {
 			return newTenantStore(t, func(_ context.Context, i int) (inbox.Tenant, error) {
 				if viaSQL {
@@ -130,17 +142,17 @@ func pgSchemasFixture(viaSQL bool) func(t *testing.T, opts storeOpts) fixture {
 		fx := fixture{
 			store: store, handle: pooled, lock: pgLockProbe,
 			ledger: pgLedger{pool: pool, table: b + `."ledger"`, write: `"ledger"`},
-			peer:   func(t *testing.T) inbox.Store { return newStore(pgPoolWith(t, pgDSN(t, nil)), sqlPostgresDBWith(t)) },
+			peer:   func(t *testing.T) inbox.Store { return newStore(pgPoolWith(t, dsn(t)), openDB(t)) },
 			begin:  withStatement(pgxBegin(pool), setPath),
 			beginOther: func(t *testing.T) (any, func(bool) error) {
-				return withStatement(pgxBegin(pgPoolWith(t, pgDSN(t, nil))), setPath)(t)
+				return withStatement(pgxBegin(pgPoolWith(t, dsn(t))), setPath)(t)
 			},
 		}
 		if viaSQL {
 			fx.ledger = sqlLedger{db: db, table: b + `."ledger"`, insert: `INSERT INTO "ledger" (amount) VALUES ($1)`}
 			fx.begin = withStatement(sqlBegin(db), setPath)
 			fx.beginOther = func(t *testing.T) (any, func(bool) error) {
-				return withStatement(sqlBegin(sqlPostgresDBWith(t)), setPath)(t)
+				return withStatement(sqlBegin(openDB(t)), setPath)(t)
 			}
 		}
 		return fx

@@ -50,6 +50,7 @@ func storeFlavours() []storeFlavour {
 		tenantFlavour("tenants-sqlpostgres-schemas"),
 		tenantFlavour("tenants-mariadb-databases"),
 		tenantFlavour("tenants-redis-prefixes"),
+		tenantFlavour("tenants-pgbouncer-schemas"),
 	}
 }
 
