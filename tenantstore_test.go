@@ -65,18 +65,23 @@ func TestTenantOpenedOnceWithoutHoldingOthers(t *testing.T) {
 		}
 	})
 	ts := newTenantStoreWith(t, lookup)
+	unblock := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(unblock) // before the store closes: a failed check must not leave Lookup stuck
 	ib := newTestInbox(t, ts, inbox.Config{})
 	ctx := context.Background()
 
 	var wg sync.WaitGroup
-	for range 20 { // twenty messages of a new tenant at once
+	start := make(chan struct{})
+	for range 100 { // a hundred messages of a new tenant at once
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			<-start
 			_, err := ib.Process(inbox.ContextWithTenant(ctx, "tenant-a"), "billing", "order-1", func(context.Context) error { return nil })
 			require.NoError(t, err)
 		}()
 	}
+	close(start)
 	// tenant-a's Lookup is stuck: tenant-b opens and processes meanwhile.
 	for i := range 20 {
 		_, err := ib.Process(inbox.ContextWithTenant(ctx, "tenant-b"), "billing", "order-1", func(context.Context) error { return nil })
@@ -87,9 +92,9 @@ func TestTenantOpenedOnceWithoutHoldingOthers(t *testing.T) {
 	defer cancel()
 	_, err := ib.Process(cctx, "billing", "order-2", func(context.Context) error { return nil })
 	require.ErrorIs(t, err, context.DeadlineExceeded)
-	close(release)
+	unblock()
 	wg.Wait()
-	require.Equal(t, 1, calls("tenant-a"), "one Lookup for twenty racing messages")
+	require.Equal(t, 1, calls("tenant-a"), "one Lookup for a hundred racing messages")
 	require.Equal(t, 1, calls("tenant-b"))
 	require.ElementsMatch(t, []string{"tenant-a", "tenant-b"}, ts.Open())
 }
@@ -134,11 +139,13 @@ func TestRemovedTenantClosesAfterItsTransactions(t *testing.T) {
 	ib := newTestInbox(t, ts, inbox.Config{MaxAttempts: 2})
 	ctx := inbox.ContextWithTenant(context.Background(), "tenant-a")
 
-	inHandler, release, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	inHandler, hold, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	release := sync.OnceFunc(func() { close(hold) })
+	t.Cleanup(release) // a failed check must not leave the handler holding a connection
 	go func() {
 		_, err := ib.Process(ctx, "billing", "order-1", func(context.Context) error {
 			close(inHandler)
-			<-release
+			<-hold
 			return nil
 		})
 		done <- err
@@ -157,17 +164,19 @@ func TestRemovedTenantClosesAfterItsTransactions(t *testing.T) {
 	default:
 	}
 	require.Zero(t, closed("tenant-a"), "not closed under an open transaction")
-	close(release)
+	release()
 	require.NoError(t, <-done, "the transaction in flight commits on the removed store")
 	require.NoError(t, <-removed)
 	require.Equal(t, 1, closed("tenant-a"), "closed once, after the transaction ended")
 
 	// A Remove that gives up waiting still closes, later.
-	inHandler, release = make(chan struct{}), make(chan struct{})
+	inHandler, hold = make(chan struct{}), make(chan struct{})
+	release = sync.OnceFunc(func() { close(hold) })
+	t.Cleanup(release)
 	go func() {
 		_, err := ib.Process(ctx, "billing", "order-3", func(context.Context) error {
 			close(inHandler)
-			<-release
+			<-hold
 			return nil
 		})
 		done <- err
@@ -176,7 +185,7 @@ func TestRemovedTenantClosesAfterItsTransactions(t *testing.T) {
 	short, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
 	require.ErrorIs(t, ts.Remove(short, "tenant-a"), context.DeadlineExceeded)
-	close(release)
+	release()
 	require.NoError(t, <-done)
 	require.Eventually(t, func() bool { return closed("tenant-a") == 2 }, 10*time.Second, 5*time.Millisecond)
 
