@@ -24,8 +24,10 @@ import (
 // pgx's default, also under database/sql's "pgx" driver) meets a pooler that moves a
 // client's transactions between server connections, such as PgBouncer in transaction
 // mode: prepared statements fail there. New finds it when the pooler is visible, and a
-// store call that fails with such an error wraps it. Permanent until the DSN changes:
-// add default_query_exec_mode=exec (or cache_describe, or simple_protocol) to it.
+// store call that fails with such an error wraps it. Add default_query_exec_mode=exec
+// (or cache_describe, or simple_protocol) to the DSN. It is transient for a message: a
+// fault of the deployment, not of the message, so a failed message is nacked and
+// processed once the DSN is fixed, never sent to a poison queue.
 var ErrStatementCache = errors.New("pgx's statement cache behind a transaction pooler")
 
 // statementCacheFix says what to change, in the errors wrapping ErrStatementCache.
