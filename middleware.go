@@ -290,11 +290,14 @@ func (ib *Inbox) tenant(msg *message.Message, rec Record) (context.Context, erro
 		err = fmt.Errorf("%w: Config.Tenant returned an empty tenant", ErrNoTenant)
 	}
 	if err != nil {
+		// ErrNoTenant is permanent; another error of the user's function keeps its own
+		// meaning (a lookup that failed may succeed on the next delivery).
+		outcome := OutcomeNoTenant
 		if !tenantError(err) {
-			err = fmt.Errorf("%w: %w", ErrNoTenant, err)
+			outcome, err = OutcomeFailed, fmt.Errorf("deriving the tenant (Config.Tenant): %w", err)
 		}
 		err = wrap(fmt.Sprintf("message %s: consumer %q key %q", msg.UUID, rec.Consumer, rec.Key), err)
-		ib.observe(ctx, rec, msg, OutcomeNoTenant, 0, err)
+		ib.observe(ctx, rec, msg, outcome, 0, err)
 		return ctx, err
 	}
 	return ContextWithTenant(ctx, tenant), nil

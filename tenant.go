@@ -57,7 +57,9 @@ func TenantFromContext(ctx context.Context) (string, bool) {
 }
 
 // TenantFunc derives a message's tenant, for Config.Tenant. It returns an error
-// wrapping ErrNoTenant when the message names none; an empty tenant is treated as none.
+// wrapping ErrNoTenant when the message names none (permanent: the message is refused);
+// an empty tenant is treated as none. Another error is the function's own, and keeps
+// its meaning: the message is nacked and comes again.
 // It may read metadata, the payload, or the message context (TenantFromContext, for a
 // tenant an outer middleware put there).
 type TenantFunc func(msg *message.Message) (string, error)

@@ -168,3 +168,28 @@ func TestMissingOrUnknownTenantWritesNothing(t *testing.T) {
 		})
 	}
 }
+
+// Config.Tenant's own errors: ErrNoTenant is permanent (OutcomeNoTenant); another error
+// stays the function's (a lookup that failed), the message failed and nacked.
+func TestTenantFuncErrors(t *testing.T) {
+	t.Parallel()
+	setup := openPgSchemasShape(t)
+	directoryDown := errors.New("tenant directory unreachable")
+	for _, tc := range []struct {
+		fn      inbox.TenantFunc
+		want    error
+		outcome inbox.Outcome
+	}{
+		{func(*message.Message) (string, error) { return "", nil }, inbox.ErrNoTenant, inbox.OutcomeNoTenant},
+		{func(*message.Message) (string, error) { return "", directoryDown }, directoryDown, inbox.OutcomeFailed},
+	} {
+		ib := newTestInbox(t, setup.ts, inbox.Config{Tenant: tc.fn})
+		msg := message.NewMessage("order-1", nil)
+		_, err := ib.Middleware(func(*message.Message) ([]*message.Message, error) { return nil, nil })(msg)
+		require.ErrorIs(t, err, tc.want)
+		require.Equal(t, string(tc.outcome), msg.Metadata.Get(inbox.MetadataOutcome))
+		if tc.want == directoryDown {
+			require.NotErrorIs(t, err, inbox.ErrNoTenant, "not made permanent")
+		}
+	}
+}
