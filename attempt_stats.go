@@ -27,7 +27,7 @@ var (
 // UnfinishedAttempts implements AttemptCounter: one GROUP BY over the attempts table,
 // which holds only attempts in flight and those that died.
 func (s *PostgresStore) UnfinishedAttempts(ctx context.Context) (map[string]int64, error) {
-	rows, err := s.db.Query(ctx, `SELECT consumer, count(*) FROM `+pgx.Identifier{s.cfg.Table + "_attempts"}.Sanitize()+` GROUP BY consumer`)
+	rows, err := s.db.Query(ctx, `SELECT consumer, count(*) FROM `+pgName(s.cfg.Schema, s.cfg.Table+"_attempts")+` GROUP BY consumer`)
 	if err != nil {
 		return nil, s.wrap("counting unfinished attempts", err)
 	}
@@ -43,7 +43,7 @@ func (s *PostgresStore) UnfinishedAttempts(ctx context.Context) (map[string]int6
 
 // UnfinishedAttempts implements AttemptCounter.
 func (s *SQLPostgresStore) UnfinishedAttempts(ctx context.Context) (map[string]int64, error) {
-	out, err := countByConsumer(ctx, s.db, `SELECT consumer, count(*) FROM `+pgx.Identifier{s.cfg.Table + "_attempts"}.Sanitize()+` GROUP BY consumer`)
+	out, err := countByConsumer(ctx, s.db, `SELECT consumer, count(*) FROM `+pgName(s.cfg.Schema, s.cfg.Table+"_attempts")+` GROUP BY consumer`)
 	if err != nil {
 		return nil, s.wrap("counting unfinished attempts", err)
 	}

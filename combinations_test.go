@@ -18,7 +18,7 @@ import (
 // and from another one; LockTimeout against the session's own value; purges and
 // attempt counts; replay of bytes that are not text.
 func exerciseCombinations(t *testing.T, f storeFlavour) {
-	ctx := context.Background()
+	ctx := f.context()
 
 	sources := []struct {
 		name  string
@@ -281,9 +281,9 @@ func exerciseCombinations(t *testing.T, f storeFlavour) {
 			return []*message.Message{out, message.NewMessage("receipt-1", nil)}
 		}
 		handler := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) { return produce(), nil })
-		_, err := handler(message.NewMessage("order-1", []byte(`{}`)))
+		_, err := handler(f.message("order-1", []byte(`{}`)))
 		require.NoError(t, err)
-		again, err := handler(message.NewMessage("order-1", []byte(`{}`)))
+		again, err := handler(f.message("order-1", []byte(`{}`)))
 		require.NoError(t, err)
 		want := produce()
 		require.Len(t, again, len(want))

@@ -46,7 +46,7 @@ func creditOnce(ctx context.Context, ib *inbox.Inbox, l ledger, consumer, key st
 
 // exerciseStore runs the conformance suite against one store flavour.
 func exerciseStore(t *testing.T, f storeFlavour) {
-	ctx := context.Background()
+	ctx := f.context()
 
 	setup := func(t *testing.T) (fixture, *inbox.Inbox) {
 		t.Parallel()
@@ -218,9 +218,9 @@ func exerciseStore(t *testing.T, f storeFlavour) {
 			out.Metadata.Set("type", "CashbackCredited")
 			return []*message.Message{out, message.NewMessage("receipt-1", []byte{0, 1, 2})}, nil
 		})
-		first, err := handler(message.NewMessage("order-7", []byte(`{}`)))
+		first, err := handler(f.message("order-7", []byte(`{}`)))
 		require.NoError(t, err)
-		again, err := handler(message.NewMessage("order-7", []byte(`{}`)))
+		again, err := handler(f.message("order-7", []byte(`{}`)))
 		require.NoError(t, err)
 		require.Len(t, again, 2)
 		for i := range first {

@@ -15,10 +15,9 @@ var (
 	_ ConsumerNeighbours = (*MySQLStore)(nil)
 )
 
-// postgresNeighbours is the PostgreSQL query: the consumer itself, if it has keys, then
+// postgresNeighbours is the PostgreSQL query on t, the quoted table name: the consumer itself, if it has keys, then
 // the names before and after it, in one round trip.
-func postgresNeighbours(table string) string {
-	t := pgx.Identifier{table}.Sanitize()
+func postgresNeighbours(t string) string {
 	return `(SELECT consumer FROM ` + t + ` WHERE consumer = $1 LIMIT 1)
 		UNION ALL (SELECT consumer FROM ` + t + ` WHERE consumer < $1 ORDER BY consumer DESC LIMIT 1)
 		UNION ALL (SELECT consumer FROM ` + t + ` WHERE consumer > $1 ORDER BY consumer LIMIT 1)`
@@ -36,7 +35,7 @@ func neighbours(consumer string, found []string) []string {
 
 // NeighbourConsumers implements ConsumerNeighbours.
 func (s *PostgresStore) NeighbourConsumers(ctx context.Context, consumer string) ([]string, error) {
-	rows, err := s.db.Query(ctx, postgresNeighbours(s.cfg.Table), consumer)
+	rows, err := s.db.Query(ctx, postgresNeighbours(s.sql.table), consumer)
 	if err != nil {
 		return nil, s.wrap("reading the consumer names next to "+consumer, err)
 	}
@@ -49,7 +48,7 @@ func (s *PostgresStore) NeighbourConsumers(ctx context.Context, consumer string)
 
 // NeighbourConsumers implements ConsumerNeighbours.
 func (s *SQLPostgresStore) NeighbourConsumers(ctx context.Context, consumer string) ([]string, error) {
-	found, err := queryStrings(ctx, s.db, postgresNeighbours(s.cfg.Table), consumer)
+	found, err := queryStrings(ctx, s.db, postgresNeighbours(s.sql.table), consumer)
 	if err != nil {
 		return nil, s.wrap("reading the consumer names next to "+consumer, err)
 	}

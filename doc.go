@@ -39,6 +39,15 @@
 // again (Replay, the default), because the router publishes them after the middleware
 // has committed: if that publish fails, the redelivery still sends them.
 //
+// Tenants: a TenantStore routes each message to its tenant's store — a database, a
+// schema (PostgresConfig.Schema and SearchPath) or a key prefix per tenant — from the
+// tenant the middleware derives (Config.Tenant) and carries in the context
+// (ContextWithTenant). A message without a known tenant fails with ErrNoTenant or
+// ErrUnknownTenant, permanently, before anything is written.
+//
+// Behind PgBouncer in transaction mode, pgx needs default_query_exec_mode=exec (or
+// simple_protocol): New refuses its statement cache there with ErrStatementCache.
+//
 // Stores: PostgresStore (pgx), SQLPostgresStore and MySQLStore (database/sql). Process
 // offers the same behaviour outside Watermill, and ProcessResult (or ProcessJSON) also
 // stores the caller's result with the key and returns it to every retry, for requests

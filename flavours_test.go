@@ -45,6 +45,18 @@ func storeFlavours() []storeFlavour {
 		sqliteFlavour("sqlite-conn", modernc, oneSQLConn),
 		sqliteFlavour("sqlite-session-settings", moderncSession, pooled),
 		sqliteFlavour("sqlite-mattn", mattn, pooled),
+		// Through PgBouncer in transaction pooling mode: flavours_pgbouncer_test.go.
+		pgbouncerPgxFlavour("pgbouncer-pgx-exec", pooled, "exec"),
+		pgbouncerPgxFlavour("pgbouncer-pgx-simple", pooled, "simple_protocol"),
+		pgbouncerPgxFlavour("pgbouncer-pgx-conn-exec", onePgxConn, "exec"),
+		pgbouncerSQLFlavour("pgbouncer-sqlpostgres-exec", pooled, "exec"),
+		// A TenantStore in front of a store per tenant: flavours_tenants_test.go.
+		tenantFlavour("tenants-pgx-databases"),
+		tenantFlavour("tenants-pgx-schemas"),
+		tenantFlavour("tenants-sqlpostgres-schemas"),
+		tenantFlavour("tenants-mariadb-databases"),
+		tenantFlavour("tenants-redis-prefixes"),
+		tenantFlavour("tenants-pgbouncer-schemas"),
 	}
 }
 
@@ -57,6 +69,9 @@ type storeFlavour struct {
 	missing func(t *testing.T) inbox.Store
 	// caps declares what the store cannot do; the cases it cannot apply are skipped.
 	caps caps
+	// tenant, when set, is the tenant the cases run as, in their context and their
+	// messages' metadata: the store routes by tenant (helpers_tenants_test.go).
+	tenant string
 }
 
 // caps lists what a store lacks, so that the zero value is a full SQL store.

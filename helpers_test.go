@@ -86,6 +86,9 @@ func newPgxStore(t testing.TB, pool *pgxpool.Pool, cfg inbox.PostgresConfig) *in
 type pgLedger struct {
 	pool  *pgxpool.Pool
 	table string
+	// write, when set, is the name the handler writes to instead of table: unqualified,
+	// found through the transaction's search_path.
+	write string
 }
 
 func newPgLedger(t testing.TB, pool *pgxpool.Pool) pgLedger {
@@ -104,7 +107,11 @@ func (l pgLedger) credit(ctx context.Context, amount int) error {
 	if !ok {
 		return fmt.Errorf("no pgx.Tx in the context")
 	}
-	_, err := tx.Exec(ctx, `INSERT INTO `+l.table+` (amount) VALUES ($1)`, amount)
+	table := l.table
+	if l.write != "" {
+		table = l.write
+	}
+	_, err := tx.Exec(ctx, `INSERT INTO `+table+` (amount) VALUES ($1)`, amount)
 	return err
 }
 

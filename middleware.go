@@ -134,6 +134,16 @@ type Config struct {
 	// of the supported databases (MariaDB's max_allowed_packet, 16 MiB).
 	MaxOutputBytes int
 
+	// Tenant derives each message's tenant for the middleware, which puts it in the
+	// message context (ContextWithTenant): a TenantStore routes the message to that
+	// tenant's store, and the handler finds it with TenantFromContext. A message without
+	// one fails with ErrNoTenant, permanent, nothing written. Process and ProcessResult
+	// do not use it: they take the tenant from their context. Defaults to
+	// TenantFromMetadata(DefaultTenantMetadata), the metadata field "tenant", when Store
+	// is a *TenantStore; otherwise to none (a tenant already in the message context, put
+	// there by an outer middleware, passes through).
+	Tenant TenantFunc
+
 	// Observer receives one call per message, e.g. an inboxprom.Observer or an
 	// inboxotel.Observer. Defaults to none.
 	Observer Observer
@@ -168,6 +178,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxOutputBytes == 0 {
 		c.MaxOutputBytes = DefaultMaxOutputBytes
+	}
+	if _, routes := c.Store.(*TenantStore); routes && c.Tenant == nil {
+		c.Tenant = TenantFromMetadata(DefaultTenantMetadata)
 	}
 }
 
@@ -276,11 +289,15 @@ func (ib *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		}
 		ib.checkConsumer(msg, rec.Consumer)
 
-		ctx := msg.Context()
+		msgCtx := msg.Context()
+		ctx, err := ib.tenant(msg, rec)
+		if err != nil {
+			return nil, err
+		}
 		var produced []*message.Message
 		claim, wait, err := ib.process(ctx, rec, msg, func(txCtx context.Context) ([]byte, error) {
 			msg.SetContext(txCtx)
-			defer msg.SetContext(ctx)
+			defer msg.SetContext(msgCtx)
 			var err error
 			if produced, err = h(msg); err != nil {
 				return nil, err
@@ -291,10 +308,35 @@ func (ib *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		case err != nil:
 			return nil, err
 		case claim.Duplicate:
-			return ib.duplicate(msg, rec, claim, wait)
+			return ib.duplicate(ctx, msg, rec, claim, wait)
 		}
 		return produced, nil
 	}
+}
+
+// tenant returns msg's context with the tenant Config.Tenant derives, or the message
+// context as it is when there is no Config.Tenant. A message without a tenant is refused.
+func (ib *Inbox) tenant(msg *message.Message, rec Record) (context.Context, error) {
+	ctx := msg.Context()
+	if ib.cfg.Tenant == nil {
+		return ctx, nil
+	}
+	tenant, err := ib.cfg.Tenant(msg)
+	if err == nil && tenant == "" {
+		err = fmt.Errorf("%w: Config.Tenant returned an empty tenant", ErrNoTenant)
+	}
+	if err != nil {
+		// ErrNoTenant is permanent; another error of the user's function keeps its own
+		// meaning (a lookup that failed may succeed on the next delivery).
+		outcome := OutcomeNoTenant
+		if !tenantError(err) {
+			outcome, err = OutcomeFailed, fmt.Errorf("deriving the tenant (Config.Tenant): %w", err)
+		}
+		err = wrap(fmt.Sprintf("message %s: consumer %q key %q", msg.UUID, rec.Consumer, rec.Key), err)
+		ib.observe(ctx, rec, msg, outcome, 0, err)
+		return ctx, err
+	}
+	return ContextWithTenant(ctx, tenant), nil
 }
 
 // Process runs fn once per (consumer, key), for consumers outside Watermill: custom
@@ -355,7 +397,7 @@ func messageName(msg *message.Message) string {
 }
 
 // duplicate marks msg as a duplicate and acts per the configured mode.
-func (ib *Inbox) duplicate(msg *message.Message, rec Record, claim Claim, wait time.Duration) ([]*message.Message, error) {
+func (ib *Inbox) duplicate(ctx context.Context, msg *message.Message, rec Record, claim Claim, wait time.Duration) ([]*message.Message, error) {
 	if msg.Metadata == nil {
 		msg.Metadata = message.Metadata{}
 	}
@@ -373,24 +415,24 @@ func (ib *Inbox) duplicate(msg *message.Message, rec Record, claim Claim, wait t
 
 	switch mode {
 	case Fail:
-		ib.observe(msg.Context(), rec, msg, outcome, wait, nil)
+		ib.observe(ctx, rec, msg, outcome, wait, nil)
 		ib.cfg.Logger.Debug("inbox: duplicate refused", fields)
 		return nil, fmt.Errorf("inbox: %s: consumer %q key %q: %w", messageName(msg), rec.Consumer, rec.Key, cause)
 	case Skip:
-		ib.observe(msg.Context(), rec, msg, outcome, wait, nil)
+		ib.observe(ctx, rec, msg, outcome, wait, nil)
 		ib.cfg.Logger.Debug("inbox: duplicate skipped", fields)
 		return nil, nil
 	}
 	replay, err := decodeOutput(claim.Output)
 	if err != nil {
 		err = wrap(messageName(msg), err)
-		ib.observe(msg.Context(), rec, msg, OutcomeFailed, wait, err)
+		ib.observe(ctx, rec, msg, OutcomeFailed, wait, err)
 		return nil, err
 	}
 	if len(replay) > 0 && outcome == OutcomeDuplicate {
 		outcome = OutcomeReplayed
 	}
-	ib.observe(msg.Context(), rec, msg, outcome, wait, nil)
+	ib.observe(ctx, rec, msg, outcome, wait, nil)
 	ib.cfg.Logger.Debug("inbox: duplicate skipped", fields.Add(watermill.LogFields{"replayed": len(replay)}))
 	return replay, nil
 }

@@ -34,6 +34,7 @@ const (
 	OutcomeNoKey           Outcome = "no_key"            // no key (or consumer) could be derived; nacked
 	OutcomeContended       Outcome = "contended"         // the key was held too long by another delivery; nacked
 	OutcomeTooManyAttempts Outcome = "too_many_attempts" // refused after MaxAttempts attempts that crashed; nacked
+	OutcomeNoTenant        Outcome = "no_tenant"         // the tenant is missing or unknown; nothing written, nacked
 )
 
 // Metadata the middleware sets on every message it handles, with what the Observer sees,
@@ -59,6 +60,10 @@ type Observation struct {
 	// is too long or not text. It is empty when no key could be derived. Keys can carry
 	// personal data: do not export it by default.
 	Key string
+	// Tenant is the tenant of the message (TenantFromContext of its context, as the
+	// middleware set it from Config.Tenant, or as the caller of Process gave it); empty
+	// without one.
+	Tenant string
 	// MessageUUID is the Watermill message's UUID; empty for Inbox.Process, which has no
 	// message.
 	MessageUUID string
@@ -71,10 +76,11 @@ type Observation struct {
 	// fingerprint function that failed, a context that had ended).
 	ClaimWait time.Duration
 	// Err is why the message failed: non-nil exactly for OutcomeFailed, OutcomeNoKey,
-	// OutcomeContended and OutcomeTooManyAttempts, nil for a processed message and for
-	// every kind of duplicate (even one that OnDuplicate: Fail nacks). It is the handler's
-	// error unchanged (or one saying that it panicked), or the inbox's, which names the
-	// consumer and key. Permanent(Err) says whether a retry can help.
+	// OutcomeContended, OutcomeTooManyAttempts and OutcomeNoTenant, nil for a processed
+	// message and for every kind of duplicate (even one that OnDuplicate: Fail nacks).
+	// It is the handler's error unchanged (or one saying that it panicked), or the
+	// inbox's, which names the consumer and key. Permanent(Err) says whether a retry can
+	// help.
 	Err error
 }
 
@@ -84,10 +90,10 @@ var errHandlerPanicked = errors.New("the handler panicked; the transaction was r
 
 // Observer receives one Observation per message the inbox handles, from the goroutine
 // that handles it; it must be safe for concurrent use and quick. ctx is the message's
-// context as the middleware got it (for Inbox.Process, the ctx passed to it), not the
-// handler's: it holds no transaction of the inbox's own (only a joined one it came in
-// with), so an observer can annotate the span it carries or attach a metric to its
-// trace, but must not write through it. The
+// context as the middleware got it, with the tenant Config.Tenant derived (for
+// Inbox.Process, the ctx passed to it), not the handler's: it holds no transaction of
+// the inbox's own (only a joined one it came in with), so an observer can annotate the
+// span it carries or attach a metric to its trace, but must not write through it. The
 // inboxprom and inboxotel packages adapt it to Prometheus and OpenTelemetry; without an
 // Observer the inbox records nothing.
 type Observer interface {
@@ -108,6 +114,7 @@ func (nopObserver) Observe(context.Context, Observation) {}
 // observe reports one outcome for rec, and marks msg (nil for Process) with it.
 func (ib *Inbox) observe(ctx context.Context, rec Record, msg *message.Message, outcome Outcome, claimWait time.Duration, err error) {
 	o := Observation{Consumer: rec.Consumer, Key: rec.Key, Outcome: outcome, ClaimWait: claimWait, Err: err}
+	o.Tenant, _ = TenantFromContext(ctx)
 	if msg != nil {
 		o.MessageUUID = msg.UUID
 		if msg.Metadata == nil {

@@ -10,7 +10,7 @@ import (
 // cannot succeed as it is, however often it comes again.
 var permanentErrors = []error{
 	ErrNoKey, ErrNoConsumer, ErrDuplicate, ErrFingerprintMismatch, ErrTooManyAttempts,
-	ErrTxDone, ErrRetention, ErrNoTx, ErrOutputTooLarge,
+	ErrTxDone, ErrRetention, ErrNoTx, ErrOutputTooLarge, ErrNoTenant, ErrUnknownTenant,
 }
 
 // PermanentError is what an error implements to tell Permanent what it is: a store's
@@ -25,7 +25,7 @@ type PermanentError interface {
 
 // Permanent reports whether err says that the message cannot succeed as it is, however
 // often it comes again: no key, a fingerprint mismatch, output too large to store,
-// too many attempts that crashed, a duplicate refused by OnDuplicate: Fail, a handler
+// too many attempts that crashed, a missing or unknown tenant, a duplicate refused by OnDuplicate: Fail, a handler
 // that ended the inbox transaction itself, a command Redis refused before running it,
 // or an error of the handler's that implements PermanentError. Such a message belongs in
 // a poison queue, and retrying it only runs it again:

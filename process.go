@@ -35,6 +35,8 @@ func (ib *Inbox) process(ctx context.Context, rec Record, msg *message.Message, 
 	}
 	wait := time.Since(start)
 	switch {
+	case tenantError(err): // refused before anything was written: no attempt to end
+		return Claim{}, wait, ib.fail(ctx, rec, msg, OutcomeNoTenant, wait, err)
 	case err != nil:
 		return Claim{}, wait, join(ib.fail(ctx, rec, msg, OutcomeFailed, wait, err), ib.endAttempt(ctx, rec))
 	case claim.Duplicate: // the store ended the attempt
@@ -112,6 +114,9 @@ func (ib *Inbox) endAttempt(ctx context.Context, rec Record) error {
 // and the outcome is OutcomeContended. An err that wraps ErrContended is too.
 func (ib *Inbox) fail(ctx context.Context, rec Record, msg *message.Message, outcome Outcome, claimWait time.Duration, err error) error {
 	what := fmt.Sprintf("consumer %q key %q", rec.Consumer, rec.Key)
+	if tenant, ok := TenantFromContext(ctx); ok && msg != nil && errors.Is(err, ErrUnknownTenant) { // name the metadata too
+		what = fmt.Sprintf("%s: %s (tenant %s)", messageName(msg), what, tenantOrigin(msg, tenant))
+	}
 	if ctx.Err() != nil {
 		cause := context.Cause(ctx)
 		if !errors.Is(err, cause) {

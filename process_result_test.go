@@ -24,7 +24,7 @@ func TestProcessResult(t *testing.T) {
 }
 
 func exerciseProcessResult(t *testing.T, f storeFlavour) {
-	ctx := context.Background()
+	ctx := f.context()
 	// Not valid UTF-8, with a NUL and bytes of every kind: exact bytes in, exact bytes out.
 	binary := []byte{0x00, 0xff, 0xfe, '\'', '\\', 'x', 0x80, '\n', 0x01, '"'}
 	for i := range 256 {

@@ -94,6 +94,10 @@ func (c *PurgeConfig) validate() error {
 //
 // A purged key makes the next delivery of its message new again: keep keys longer than a
 // message can come back (see PurgeConfig.MinRetention).
+//
+// On a TenantStore, with no tenant in ctx, it purges every tenant (PurgeTenants) and
+// returns the keys deleted in all of them; one tenant failing does not stop the others,
+// and the error names each that failed. With a tenant in ctx it purges that one.
 func Purge(ctx context.Context, store Store, cfg PurgeConfig) (int64, error) {
 	if store == nil {
 		return 0, errors.New("inbox: invalid purge config: store is nil: pass the Store the inbox uses")
@@ -102,7 +106,8 @@ func Purge(ctx context.Context, store Store, cfg PurgeConfig) (int64, error) {
 	if err := cfg.validate(); err != nil {
 		return 0, err
 	}
-	return purge(ctx, store, cfg, time.Now().Add(-cfg.OlderThan))
+	n, _, err := purgeAny(ctx, store, cfg, time.Now().Add(-cfg.OlderThan))
+	return n, err
 }
 
 func purge(ctx context.Context, store Store, cfg PurgeConfig, before time.Time) (int64, error) {
@@ -127,7 +132,8 @@ func purge(ctx context.Context, store Store, cfg PurgeConfig, before time.Time) 
 
 // PurgeEvery purges now and then every interval, in the calling goroutine, until ctx
 // ends; it then returns nil. A failed purge is logged with cfg.Logger and tried again at
-// the next interval; an invalid config is returned at once. Run it in a goroutine of
+// the next interval; an invalid config is returned at once. On a TenantStore it purges
+// every tenant at each run, as Purge does, and logs each tenant that failed. Run it in a goroutine of
 // your own, next to the router:
 //
 //	go func() { _ = inbox.PurgeEvery(ctx, store, time.Hour, inbox.PurgeConfig{OlderThan: 30 * 24 * time.Hour}) }()
@@ -144,11 +150,17 @@ func PurgeEvery(ctx context.Context, store Store, interval time.Duration, cfg Pu
 	}
 	for {
 		start := time.Now()
-		n, err := purge(ctx, store, cfg, start.Add(-cfg.OlderThan))
+		n, purges, err := purgeAny(ctx, store, cfg, start.Add(-cfg.OlderThan))
 		fields := watermill.LogFields{"deleted": n, "older_than": cfg.OlderThan.String(), "took": time.Since(start).String()}
+		if purges != nil {
+			fields = fields.Add(watermill.LogFields{"tenants": len(purges)})
+		}
 		switch {
 		case ctx.Err() != nil:
 			return nil
+		case purges != nil: // every tenant: a line for each that failed, and the summary
+			fields = fields.Add(watermill.LogFields{"failed": logTenantPurges(cfg.Logger, purges, fields)})
+			cfg.Logger.Info("inbox: purged keys", fields)
 		case err != nil:
 			cfg.Logger.Error("inbox: purge failed, trying again at the next interval", err, fields)
 		default:

@@ -37,6 +37,21 @@ type PostgresConfig struct {
 	// claim fails with ErrContended and the connection goes back to the pool. Defaults to 0: wait as
 	// long as the server's lock_timeout allows (by default, until the other ends).
 	LockTimeout time.Duration
+
+	// Schema is the PostgreSQL schema of Table and <Table>_attempts: every statement of
+	// the store names them with it, whatever the session's search_path; CreateSchema
+	// creates the schema too. With a schema per tenant on one server, give each tenant's
+	// store its schema (see TenantStore). Defaults to "": the search_path finds them.
+	Schema string
+
+	// SearchPath puts Schema first in the search_path of the transactions the store
+	// begins, set for the transaction only (set_config(..., true)), before the
+	// session's own path: the handler's unqualified table names then resolve in
+	// Schema first, and the session's search_path is back as it was when the
+	// transaction ends. A transaction the inbox joins keeps the search_path its owner
+	// gave it. Requires Schema. Defaults to false: the handler's statements resolve
+	// through the session's search_path.
+	SearchPath bool
 }
 
 // PostgresStore is a Store on PostgreSQL through pgx. Handlers get a pgx.Tx from
@@ -84,6 +99,11 @@ type postgresQueries struct {
 	insert, stored, setOutput                        string
 	forget, purge, stats, verify, lockSet, lockReset string
 	attempts                                         pgAttemptQueries
+	// searchPath puts the schema first in the search_path of a transaction the store
+	// began; empty without PostgresConfig.SearchPath.
+	searchPath string
+	// table names the inbox table in errors, with its schema.
+	table string
 }
 
 // NewPostgresStore returns a PostgresStore over db. It checks the config but not the
@@ -95,7 +115,7 @@ func NewPostgresStore(db PgxDB, cfg PostgresConfig) (*PostgresStore, error) {
 	if cfg.Table == "" {
 		cfg.Table = DefaultTable
 	}
-	if err := validateTable(cfg.Table); err != nil {
+	if err := errors.Join(validateTable(cfg.Table), validateSchema(cfg.Schema, cfg.SearchPath)); err != nil {
 		return nil, fmt.Errorf("inbox: invalid store config: %w", err)
 	}
 	if cfg.TxOptions.IsoLevel == "" {
@@ -104,7 +124,7 @@ func NewPostgresStore(db PgxDB, cfg PostgresConfig) (*PostgresStore, error) {
 	if cfg.LockTimeout < 0 {
 		return nil, fmt.Errorf("inbox: invalid store config: LockTimeout is %v: use 0 for no bound, or a positive duration", cfg.LockTimeout)
 	}
-	s := &PostgresStore{db: db, cfg: cfg, sql: newPostgresQueries(cfg.Table), pin: pinPgx(db),
+	s := &PostgresStore{db: db, cfg: cfg, sql: newPostgresQueries(cfg.Schema, cfg.Table, cfg.SearchPath), pin: pinPgx(db),
 		countInTx: cfg.TxOptions.IsoLevel == pgx.ReadCommitted}
 	if s.pin != nil && cfg.TxOptions.IsoLevel == pgx.ReadCommitted && cfg.TxOptions.BeginQuery == "" {
 		s.folded = newFoldedClaim(s)
@@ -121,11 +141,12 @@ const (
 )
 
 // newPostgresQueries returns the statements of the PostgreSQL stores (pgx and
-// database/sql) on table and <table>_attempts.
-func newPostgresQueries(table string) postgresQueries {
-	t := pgx.Identifier{table}.Sanitize()
-	a := pgx.Identifier{table + "_attempts"}.Sanitize()
-	return postgresQueries{
+// database/sql) on table and <table>_attempts, in schema when it is not empty.
+func newPostgresQueries(schema, table string, searchPath bool) postgresQueries {
+	t := pgName(schema, table)
+	a := pgName(schema, table+"_attempts")
+	q := postgresQueries{
+		table:     t,
 		insert:    `INSERT INTO ` + t + ` (consumer, key, fingerprint) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`,
 		stored:    `SELECT fingerprint, output FROM ` + t + ` WHERE consumer = $1 AND key = $2`,
 		setOutput: `UPDATE ` + t + ` SET output = $3 WHERE consumer = $1 AND key = $2`,
@@ -142,16 +163,20 @@ func newPostgresQueries(table string) postgresQueries {
 		lockSet:   `SELECT set_config('lock_timeout', $1, true) FROM (SELECT set_config('` + savedLockTimeout + `', current_setting('lock_timeout'), true)) saved`,
 		lockReset: restoreLockTimeout,
 	}
+	if searchPath {
+		q.searchPath = searchPathSQL(schema)
+	}
+	return q
 }
 
 // CreateSchema creates the store's tables and index if they do not exist, with the DDL of
 // schema/postgres.sql, for users who do not run a migration tool.
 func (s *PostgresStore) CreateSchema(ctx context.Context) error {
-	ddl, err := PostgresSchema(s.cfg.Table)
+	ddl, err := postgresDDL(s.cfg.Schema, s.cfg.Table)
 	if err != nil {
 		return err
 	}
-	if err := dropOldAttempts(pgx.Identifier{s.cfg.Table + "_attempts"}.Sanitize(), func(q string) error {
+	if err := dropOldAttempts(pgName(s.cfg.Schema, s.cfg.Table+"_attempts"), func(q string) error {
 		_, err := s.db.Exec(ctx, q)
 		return err
 	}); err != nil {
@@ -258,6 +283,9 @@ func (s *PostgresStore) ClaimIn(ctx context.Context, tx any, rec Record) (Claim,
 // With an attempt, the same round trip looks for the key's attempts that died.
 func (s *PostgresStore) claim(ctx context.Context, tx pgx.Tx, rec Record, joined bool) (Claim, error) {
 	batch := &pgx.Batch{}
+	if s.sql.searchPath != "" && !joined {
+		batch.Queue(s.sql.searchPath)
+	}
 	if s.cfg.LockTimeout > 0 {
 		batch.Queue(s.sql.lockSet, fmt.Sprintf("%dms", lockTimeoutMillis(s.cfg.LockTimeout)))
 	}
@@ -273,6 +301,11 @@ func (s *PostgresStore) claim(ctx context.Context, tx pgx.Tx, rec Record, joined
 	results := tx.SendBatch(ctx, batch)
 	defer results.Close()
 
+	if s.sql.searchPath != "" && !joined {
+		if _, err := results.Exec(); err != nil {
+			return Claim{}, s.wrap("setting the search_path", err)
+		}
+	}
 	if s.cfg.LockTimeout > 0 {
 		if _, err := results.Exec(); err != nil {
 			return Claim{}, s.wrap("setting the lock timeout", err)
@@ -361,8 +394,13 @@ func (s *PostgresStore) Stats(ctx context.Context) ([]ConsumerStats, error) {
 	return stats, nil
 }
 
-// Verify implements Store, for the inbox (not for you).
+// Verify implements Store, for the inbox (not for you). It also fails, with
+// ErrStatementCache, when db uses pgx's statement cache through a pooler in transaction
+// mode (PgBouncer), where it cannot work.
 func (s *PostgresStore) Verify(ctx context.Context) error {
+	if err := checkPgxPooler(ctx, s.db); err != nil {
+		return err
+	}
 	var n int
 	if err := s.db.QueryRow(ctx, s.sql.verify).Scan(&n); err != nil {
 		return s.wrap("checking the tables", err)
@@ -378,7 +416,7 @@ func lockTimeoutMillis(d time.Duration) int64 {
 
 // wrap names what failed and classifies PostgreSQL's own error codes.
 func (s *PostgresStore) wrap(doing string, err error) error {
-	return wrapPostgres(doing, s.cfg.Table, "(*PostgresStore).CreateSchema", err)
+	return wrapPostgres(doing, s.sql.table, "(*PostgresStore).CreateSchema", err)
 }
 
 // wrapPostgres names what failed and classifies PostgreSQL's own error codes, for both
@@ -386,12 +424,15 @@ func (s *PostgresStore) wrap(doing string, err error) error {
 func wrapPostgres(doing, table, createSchema string, err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
+		if statementCacheErr(pgErr) {
+			return fmt.Errorf("inbox: %s: %w: %s: %w", doing, ErrStatementCache, statementCacheFix, err)
+		}
 		switch pgErr.Code {
 		case "40001", "40P01", "55P03": // serialization_failure, deadlock_detected, lock_not_available
 			return fmt.Errorf("inbox: %s: %w: %w", doing, ErrContended, err)
 		case "42P01", "42703": // undefined_table, undefined_column
-			return fmt.Errorf("inbox: %s: %w: table %q or %q is missing or outdated: run schema/postgres.sql, `inbox schema postgres`, or %s: %w",
-				doing, ErrNoTable, table, table+"_attempts", createSchema, err)
+			return fmt.Errorf("inbox: %s: %w: table %s or its _attempts table is missing or outdated: run schema/postgres.sql, `inbox schema postgres`, or %s: %w",
+				doing, ErrNoTable, table, createSchema, err)
 		}
 	}
 	return fmt.Errorf("inbox: %s: %w", doing, err)

@@ -17,7 +17,8 @@ import (
 // simple-protocol query (see PostgresStore), after the attempt's start when there is one.
 type foldedClaim struct {
 	s *PostgresStore
-	// begin is the BEGIN of s.cfg.TxOptions; table and attempts the quoted table names.
+	// begin is the BEGIN of s.cfg.TxOptions; table and attempts the quoted table names,
+	// with their schema.
 	begin, table, attempts string
 }
 
@@ -43,7 +44,7 @@ func pinPgx(db PgxDB) func(ctx context.Context) (*pgx.Conn, func(), error) {
 
 // newFoldedClaim returns a foldedClaim for s, whose pin is set.
 func newFoldedClaim(s *PostgresStore) *foldedClaim {
-	f := &foldedClaim{s: s, table: pgx.Identifier{s.cfg.Table}.Sanitize(), attempts: pgx.Identifier{s.cfg.Table + "_attempts"}.Sanitize()}
+	f := &foldedClaim{s: s, table: s.sql.table, attempts: pgName(s.cfg.Schema, s.cfg.Table+"_attempts")}
 	o := s.cfg.TxOptions
 	f.begin = "begin isolation level " + string(o.IsoLevel) // as pgx's own BeginTx writes it
 	if o.AccessMode != "" {
@@ -84,7 +85,8 @@ func (f *foldedClaim) claim(ctx context.Context, rec Record) (Claim, error) {
 	}
 	defer release()
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == pgUniqueViolation && pgErr.TableName == f.s.cfg.Table {
+	if errors.As(err, &pgErr) && pgErr.Code == pgUniqueViolation && pgErr.TableName == f.s.cfg.Table &&
+		(f.s.cfg.Schema == "" || pgErr.SchemaName == f.s.cfg.Schema) {
 		return f.duplicate(ctx, conn, rec)
 	}
 	// The transaction may have begun (a lock timeout, a missing table): end it, so that
@@ -156,7 +158,7 @@ func (f *foldedClaim) beginInsert(conn *pgconn.PgConn, rec Record) (string, bool
 		return "", false
 	}
 	var b strings.Builder
-	b.Grow(len(f.begin) + len(f.table) + 2*(len(rec.Consumer)+len(rec.Key)) + 2*len(rec.Fingerprint) + 400)
+	b.Grow(len(f.begin) + len(f.s.sql.searchPath) + len(f.table) + 2*(len(rec.Consumer)+len(rec.Key)) + 2*len(rec.Fingerprint) + 400)
 	if rec.Attempt != "" {
 		if !literalSafe(rec.Attempt) {
 			return "", false
@@ -164,6 +166,10 @@ func (f *foldedClaim) beginInsert(conn *pgconn.PgConn, rec Record) (string, bool
 		b.WriteString(f.s.sql.attempts.literal(f.attempts, rec))
 	}
 	b.WriteString(f.begin)
+	if f.s.sql.searchPath != "" {
+		b.WriteString("; ")
+		b.WriteString(f.s.sql.searchPath)
+	}
 	if f.s.cfg.LockTimeout > 0 {
 		fmt.Fprintf(&b, "; SELECT set_config('%s', current_setting('lock_timeout'), true); SET LOCAL lock_timeout = %d",
 			savedLockTimeout, lockTimeoutMillis(f.s.cfg.LockTimeout))

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // SQLPostgresConfig configures a SQLPostgresStore.
@@ -29,6 +27,15 @@ type SQLPostgresConfig struct {
 	// claim fails with ErrContended. Defaults to 0: wait as long as the server's lock_timeout allows
 	// (by default, until the other ends).
 	LockTimeout time.Duration
+
+	// Schema is the PostgreSQL schema of Table and <Table>_attempts, as
+	// PostgresConfig.Schema. Defaults to "": the search_path finds them.
+	Schema string
+
+	// SearchPath puts Schema first in the search_path of the transactions the store
+	// begins, for the transaction only, as PostgresConfig.SearchPath (one more
+	// statement per claim). Requires Schema. Defaults to false.
+	SearchPath bool
 }
 
 // SQLPostgresStore is a Store on PostgreSQL through database/sql, for services that use
@@ -60,7 +67,7 @@ func NewSQLPostgresStore(db SQLDB, cfg SQLPostgresConfig) (*SQLPostgresStore, er
 	if cfg.Table == "" {
 		cfg.Table = DefaultTable
 	}
-	if err := validateTable(cfg.Table); err != nil {
+	if err := errors.Join(validateTable(cfg.Table), validateSchema(cfg.Schema, cfg.SearchPath)); err != nil {
 		return nil, fmt.Errorf("inbox: invalid store config: %w", err)
 	}
 	if cfg.Isolation == sql.LevelDefault {
@@ -69,17 +76,17 @@ func NewSQLPostgresStore(db SQLDB, cfg SQLPostgresConfig) (*SQLPostgresStore, er
 	if cfg.LockTimeout < 0 {
 		return nil, fmt.Errorf("inbox: invalid store config: LockTimeout is %v: use 0 for no bound, or a positive duration", cfg.LockTimeout)
 	}
-	return &SQLPostgresStore{db: db, cfg: cfg, sql: newPostgresQueries(cfg.Table)}, nil
+	return &SQLPostgresStore{db: db, cfg: cfg, sql: newPostgresQueries(cfg.Schema, cfg.Table, cfg.SearchPath)}, nil
 }
 
 // CreateSchema creates the store's tables and index if they do not exist, with the DDL of
 // schema/postgres.sql, for users who do not run a migration tool.
 func (s *SQLPostgresStore) CreateSchema(ctx context.Context) error {
-	ddl, err := PostgresSchema(s.cfg.Table)
+	ddl, err := postgresDDL(s.cfg.Schema, s.cfg.Table)
 	if err != nil {
 		return err
 	}
-	if err := dropOldAttempts(pgx.Identifier{s.cfg.Table + "_attempts"}.Sanitize(), func(q string) error {
+	if err := dropOldAttempts(pgName(s.cfg.Schema, s.cfg.Table+"_attempts"), func(q string) error {
 		_, err := s.db.ExecContext(ctx, q)
 		return err
 	}); err != nil {
@@ -113,6 +120,11 @@ func (s *SQLPostgresStore) ClaimIn(ctx context.Context, tx any, rec Record) (Cla
 // delivery stored: at READ COMMITTED that read takes a new snapshot after the insert's
 // wait, so it sees the row of the transaction that made it wait.
 func (s *SQLPostgresStore) claim(ctx context.Context, tx *sql.Tx, rec Record, joined bool) (Claim, error) {
+	if s.sql.searchPath != "" && !joined {
+		if _, err := tx.ExecContext(ctx, s.sql.searchPath); err != nil {
+			return Claim{}, s.wrap("setting the search_path", err)
+		}
+	}
 	if s.cfg.LockTimeout > 0 {
 		if _, err := tx.ExecContext(ctx, s.sql.lockSet, fmt.Sprintf("%dms", lockTimeoutMillis(s.cfg.LockTimeout))); err != nil {
 			return Claim{}, s.wrap("setting the lock timeout", err)
@@ -184,8 +196,13 @@ func (s *SQLPostgresStore) Stats(ctx context.Context) ([]ConsumerStats, error) {
 	return stats, nil
 }
 
-// Verify implements Store, for the inbox (not for you).
+// Verify implements Store, for the inbox (not for you). It also fails, with
+// ErrStatementCache, when the driver uses pgx's statement cache through a pooler in
+// transaction mode (PgBouncer), where it cannot work.
 func (s *SQLPostgresStore) Verify(ctx context.Context) error {
+	if err := checkSQLPooler(ctx, s.db); err != nil {
+		return err
+	}
 	var n int
 	if err := s.db.QueryRowContext(ctx, s.sql.verify).Scan(&n); err != nil {
 		return s.wrap("checking the tables", err)
@@ -195,5 +212,5 @@ func (s *SQLPostgresStore) Verify(ctx context.Context) error {
 
 // wrap names what failed and classifies PostgreSQL's own error codes.
 func (s *SQLPostgresStore) wrap(doing string, err error) error {
-	return wrapPostgres(doing, s.cfg.Table, "(*SQLPostgresStore).CreateSchema", err)
+	return wrapPostgres(doing, s.sql.table, "(*SQLPostgresStore).CreateSchema", err)
 }

@@ -97,6 +97,16 @@ type Config struct {
 	// keys are per Consumer only, and clients sharing a route share its keys.
 	Scope func(r *http.Request) (string, error)
 
+	// Tenant derives a request's tenant, e.g. TenantFromHeader("X-Tenant-ID") or from
+	// the host or the authenticated principal: the middleware puts it in the request
+	// context (inbox.ContextWithTenant), so that an inbox on an inbox.TenantStore keeps
+	// the key and runs the handler in that tenant's database, and the handler finds it
+	// with inbox.TenantFromContext. A request without one gets 400 Bad Request; one
+	// whose tenant the TenantStore does not know gets 404 Not Found, nothing written.
+	// Keys are per tenant: the same key in two tenants is two keys. Defaults to nil: a
+	// tenant an outer middleware put in the request context passes through.
+	Tenant func(r *http.Request) (string, error)
+
 	// Optional lets a request without a key through to the handler, without
 	// deduplication (no transaction, nothing stored). A malformed key is refused either
 	// way. Defaults to false: a request without a key gets 400 Bad Request.

@@ -26,6 +26,11 @@
 // two clients sending the same key are two keys. The handler finds the claimed key, as
 // stored, with inbox.ClaimFromContext(r.Context()).
 //
+// Tenants: with an inbox on an inbox.TenantStore, Config.Tenant (e.g.
+// TenantFromHeader("X-Tenant-ID")) names each request's tenant, whose database or
+// schema then holds the key, the stored response and the handler's writes. A request
+// without a tenant gets 400, one with a tenant the store does not know 404.
+//
 // The package imports net/http, the standard library and the inbox; it works with the
 // standard mux and with chi-style routers, since Middleware is a
 // func(http.Handler) http.Handler.

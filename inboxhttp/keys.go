@@ -21,6 +21,22 @@ import (
 // nothing else.
 type KeyFunc func(r *http.Request, body []byte) (string, error)
 
+// TenantFromHeader takes a request's tenant from the header name (one value), for
+// Config.Tenant. A request without it fails with an error wrapping inbox.ErrNoTenant
+// (400).
+func TenantFromHeader(name string) func(r *http.Request) (string, error) {
+	return func(r *http.Request) (string, error) {
+		values := r.Header.Values(name)
+		switch {
+		case len(values) > 1:
+			return "", fmt.Errorf("%w: %d %s headers: send one", inbox.ErrNoTenant, len(values), name)
+		case len(values) == 0 || strings.TrimSpace(values[0]) == "":
+			return "", fmt.Errorf("%w: the %s header is missing or empty", inbox.ErrNoTenant, name)
+		}
+		return strings.TrimSpace(values[0]), nil
+	}
+}
+
 // IdempotencyKey takes the key from the Idempotency-Key header. The draft
 // (draft-ietf-httpapi-idempotency-key-header-07) makes its value a structured-field
 // string, `Idempotency-Key: "8e03978e-40d5-43e8-bc93-6894a57f9324"`, which is unquoted

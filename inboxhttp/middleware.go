@@ -107,13 +107,28 @@ func (m *Idempotency) Middleware(next http.Handler) http.Handler {
 			key = ScopedKey(scope, key)
 		}
 
+		if m.cfg.Tenant != nil {
+			tenant, err := m.cfg.Tenant(r)
+			if err == nil && tenant == "" {
+				err = fmt.Errorf("%w: Config.Tenant returned an empty tenant", inbox.ErrNoTenant)
+			}
+			if err != nil {
+				problem(w, http.StatusBadRequest, "about:blank", "The request's tenant could not be found ("+clientText(err)+").")
+				return
+			}
+			r = r.WithContext(inbox.ContextWithTenant(r.Context(), tenant))
+		}
 		if m.cfg.InFlight == Conflict {
-			if !m.enter(key) {
+			inFlight := key // per tenant, as the stored keys are
+			if tenant, ok := inbox.TenantFromContext(r.Context()); ok {
+				inFlight = tenant + "\x00" + key
+			}
+			if !m.enter(inFlight) {
 				w.Header().Set("Retry-After", "1")
 				problem(w, http.StatusConflict, "about:blank", "A request with this idempotency key is still being processed; retry later.")
 				return
 			}
-			defer m.leave(key)
+			defer m.leave(inFlight)
 		}
 		m.serve(w, r, next, key, body)
 	})
@@ -177,6 +192,11 @@ func (m *Idempotency) serve(w http.ResponseWriter, r *http.Request, next http.Ha
 	case errors.Is(err, ErrResponseTooLarge):
 		m.cfg.Logger.Error("inboxhttp: response too large to store, rolled back", "consumer", m.cfg.Consumer, "path", r.URL.Path, "max", m.cfg.MaxResponseBody)
 		problem(w, http.StatusInternalServerError, ProblemPermanent, fmt.Sprintf("The response is larger than %d bytes, the most this route stores; nothing was stored.", m.cfg.MaxResponseBody))
+	case errors.Is(err, inbox.ErrUnknownTenant): // permanent: nothing written, nothing to retry
+		problem(w, http.StatusNotFound, ProblemPermanent, "This request's tenant is unknown; nothing was processed.")
+	case errors.Is(err, inbox.ErrNoTenant): // the route is not set up for a store that routes by tenant
+		m.cfg.Logger.Error("inboxhttp: the store routes by tenant but the request context has none: set Config.Tenant", "consumer", m.cfg.Consumer, "path", r.URL.Path, "error", err)
+		problem(w, http.StatusInternalServerError, ProblemPermanent, "This route does not know the request's tenant; nothing was processed.")
 	case resp == nil && (errors.Is(err, inbox.ErrContended) || ctx.Err() != nil):
 		w.Header().Set("Retry-After", "1")
 		problem(w, http.StatusConflict, "about:blank", "A request with this idempotency key is still being processed; retry later.")

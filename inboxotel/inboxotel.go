@@ -49,6 +49,8 @@ const (
 	AttrClaimWait = attribute.Key("inbox.claim.wait")
 	// AttrKey is the stored key (span only, with Config.RecordKey).
 	AttrKey = attribute.Key("inbox.key")
+	// AttrTenant is the message's tenant (metrics and span, with Config.RecordTenant).
+	AttrTenant = attribute.Key("inbox.tenant")
 )
 
 // ClaimDurationBuckets are the claim-duration histogram's bucket boundaries, in seconds:
@@ -76,6 +78,11 @@ type Config struct {
 	// broker instrumentation set on the same span. Defaults to false.
 	RecordMessageID bool
 
+	// RecordTenant sets AttrTenant, inbox.Observation.Tenant, on the metrics and the
+	// span of a message that has a tenant (an inbox on an inbox.TenantStore). Each tenant
+	// multiplies the metric series, so it is off unless asked for. Defaults to false.
+	RecordTenant bool
+
 	// RecordErrors records a failure's error on the span (span.RecordError, an
 	// "exception" event) and makes it the status description. The inbox's errors name
 	// the consumer and the key, and a handler's error may carry anything. Without it the
@@ -95,10 +102,12 @@ type Observer struct {
 
 var _ inbox.Observer = (*Observer)(nil)
 
-// seriesKey identifies one (consumer, outcome) attribute set.
+// seriesKey identifies one (consumer, outcome, tenant) attribute set; tenant is empty
+// without Config.RecordTenant.
 type seriesKey struct {
 	consumer string
 	outcome  inbox.Outcome
+	tenant   string
 }
 
 // New returns an Observer whose instruments come from cfg.MeterProvider. It fails when
@@ -124,7 +133,11 @@ func New(cfg Config) (*Observer, error) {
 // Observe implements inbox.Observer: it counts o, records its claim time when a claim was
 // tried, and annotates the span in ctx if it is recording.
 func (ob *Observer) Observe(ctx context.Context, o inbox.Observation) {
-	series := metric.WithAttributeSet(ob.attributes(o.Consumer, o.Outcome))
+	tenant := ""
+	if ob.cfg.RecordTenant {
+		tenant = o.Tenant
+	}
+	series := metric.WithAttributeSet(ob.attributes(o.Consumer, o.Outcome, tenant))
 	ob.messages.Add(ctx, 1, series)
 	if o.ClaimWait > 0 {
 		ob.claimWait.Record(ctx, o.ClaimWait.Seconds(), series)
@@ -135,12 +148,15 @@ func (ob *Observer) Observe(ctx context.Context, o inbox.Observation) {
 		return
 	}
 	outcome := AttrOutcome.String(string(o.Outcome))
-	attrs := make([]attribute.KeyValue, 0, 6)
+	attrs := make([]attribute.KeyValue, 0, 7)
 	attrs = append(attrs, AttrConsumer.String(o.Consumer), outcome)
 	event := []attribute.KeyValue{outcome}
 	if o.ClaimWait > 0 {
 		wait := AttrClaimWait.Float64(o.ClaimWait.Seconds())
 		attrs, event = append(attrs, wait), append(event, wait)
+	}
+	if tenant != "" {
+		attrs = append(attrs, AttrTenant.String(tenant))
 	}
 	if ob.cfg.RecordKey && o.Key != "" {
 		attrs = append(attrs, AttrKey.String(o.Key))
@@ -165,12 +181,15 @@ func (ob *Observer) Observe(ctx context.Context, o inbox.Observation) {
 }
 
 // attributes returns the metric attribute set of one series, built once.
-func (ob *Observer) attributes(consumer string, outcome inbox.Outcome) attribute.Set {
-	key := seriesKey{consumer, outcome}
+func (ob *Observer) attributes(consumer string, outcome inbox.Outcome, tenant string) attribute.Set {
+	key := seriesKey{consumer, outcome, tenant}
 	if set, ok := ob.sets.Load(key); ok {
 		return set.(attribute.Set)
 	}
 	set := attribute.NewSet(AttrConsumer.String(consumer), AttrOutcome.String(string(outcome)))
+	if tenant != "" {
+		set = attribute.NewSet(AttrConsumer.String(consumer), AttrOutcome.String(string(outcome)), AttrTenant.String(tenant))
+	}
 	ob.sets.Store(key, set)
 	return set
 }

@@ -24,7 +24,8 @@ import (
 // The metrics an Observer exports.
 const (
 	// MessagesTotal counts deliveries per consumer and outcome (inbox.Outcome: processed,
-	// duplicate, replayed, mismatch, failed, no_key, contended, too_many_attempts): each
+	// duplicate, replayed, mismatch, failed, no_key, contended, too_many_attempts,
+	// no_tenant), and per tenant with Config.TenantLabel: each
 	// pass of a message through the inbox counts once, so one message that fails twice,
 	// is retried, then redelivered as a duplicate counts four times (failed 2, processed
 	// 1, duplicate 1). It counts deliveries, not distinct messages: the processed outcome
@@ -45,6 +46,20 @@ var ClaimWaitBuckets = prometheus.ExponentialBuckets(0.0005, 2, 16)
 type Observer struct {
 	messages  *prometheus.CounterVec
 	claimWait *prometheus.HistogramVec
+	tenant    bool
+}
+
+// Config configures an Observer made with NewWithConfig.
+type Config struct {
+	// Registerer registers the Observer's collectors: prometheus.DefaultRegisterer, or
+	// a registry of your own. Required.
+	Registerer prometheus.Registerer
+
+	// TenantLabel adds the label "tenant" (inbox.Observation.Tenant, empty for a message
+	// without one) to both metrics, for an inbox on an inbox.TenantStore. Each tenant
+	// multiplies the series, so it is off unless asked for: with many tenants, keep it
+	// off and label by tenant in traces (inboxotel) or logs. Defaults to false.
+	TenantLabel bool
 }
 
 var _ inbox.Observer = (*Observer)(nil)
@@ -53,19 +68,30 @@ var _ inbox.Observer = (*Observer)(nil)
 // prometheus.DefaultRegisterer, or a registry of your own). One Observer can serve every
 // inbox of a process: the consumer is a label. Registering twice with the same reg fails.
 func New(reg prometheus.Registerer) (*Observer, error) {
+	return NewWithConfig(Config{Registerer: reg})
+}
+
+// NewWithConfig is New with the options of cfg.
+func NewWithConfig(cfg Config) (*Observer, error) {
+	reg := cfg.Registerer
 	if reg == nil {
 		return nil, errors.New("inboxprom: the registerer is nil: pass prometheus.DefaultRegisterer or a *prometheus.Registry")
+	}
+	messageLabels, waitLabels := []string{"consumer", "outcome"}, []string{"consumer"}
+	if cfg.TenantLabel {
+		messageLabels, waitLabels = append(messageLabels, "tenant"), append(waitLabels, "tenant")
 	}
 	o := &Observer{
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: MessagesTotal,
 			Help: "Deliveries handled by the inbox, per consumer and outcome (a message delivered twice counts twice).",
-		}, []string{"consumer", "outcome"}),
+		}, messageLabels),
 		claimWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    ClaimWaitSeconds,
 			Help:    "Time spent claiming a message's inbox key, waits on a concurrent duplicate included.",
 			Buckets: ClaimWaitBuckets,
-		}, []string{"consumer"}),
+		}, waitLabels),
+		tenant: cfg.TenantLabel,
 	}
 	for _, c := range []prometheus.Collector{o.messages, o.claimWait} {
 		if err := reg.Register(c); err != nil {
@@ -79,6 +105,13 @@ func New(reg prometheus.Registerer) (*Observer, error) {
 // failure before the claim) is counted but adds no claim-wait sample; a claim that failed
 // or was refused adds its real time. Neither the key nor the message UUID becomes a label.
 func (o *Observer) Observe(_ context.Context, ob inbox.Observation) {
+	if o.tenant {
+		o.messages.WithLabelValues(ob.Consumer, string(ob.Outcome), ob.Tenant).Inc()
+		if ob.ClaimWait > 0 {
+			o.claimWait.WithLabelValues(ob.Consumer, ob.Tenant).Observe(ob.ClaimWait.Seconds())
+		}
+		return
+	}
 	o.messages.WithLabelValues(ob.Consumer, string(ob.Outcome)).Inc()
 	if ob.ClaimWait > 0 {
 		o.claimWait.WithLabelValues(ob.Consumer).Observe(ob.ClaimWait.Seconds())

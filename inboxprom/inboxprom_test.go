@@ -187,3 +187,59 @@ func histogram(t *testing.T, reg *prometheus.Registry, consumer string) (uint64,
 	t.Fatalf("no %s series for consumer %q", inboxprom.ClaimWaitSeconds, consumer)
 	return 0, 0
 }
+
+// With TenantLabel, each tenant's messages are a series of their own; without it, the
+// series stay per consumer and outcome.
+func TestObserver_TenantLabel(t *testing.T) {
+	t.Parallel()
+	store := newStore(t)
+	ctx := context.Background()
+	for _, label := range []bool{true, false} {
+		reg := prometheus.NewRegistry()
+		obs, err := inboxprom.NewWithConfig(inboxprom.Config{Registerer: reg, TenantLabel: label})
+		require.NoError(t, err)
+		ib, err := inbox.New(inbox.Config{Store: store, Observer: obs})
+		require.NoError(t, err)
+		consumer := fmt.Sprint("tenants-", label)
+		for _, tenant := range []string{"acme", "acme", "globex"} {
+			_, err := ib.Process(inbox.ContextWithTenant(ctx, tenant), consumer, tenant+"-order-1", func(context.Context) error { return nil })
+			require.NoError(t, err)
+		}
+		if !label {
+			require.Equal(t, 2, testutil.CollectAndCount(reg, inboxprom.MessagesTotal), "processed and duplicate, not per tenant")
+			continue
+		}
+		require.Equal(t, 3, testutil.CollectAndCount(reg, inboxprom.MessagesTotal), "acme processed, acme's duplicate, globex processed")
+		for _, tc := range []struct {
+			tenant  string
+			outcome inbox.Outcome
+			want    float64
+		}{{"acme", inbox.OutcomeProcessed, 1}, {"acme", inbox.OutcomeDuplicate, 1}, {"globex", inbox.OutcomeProcessed, 1}} {
+			c, err := tenantCounter(reg, consumer, tc.outcome, tc.tenant)
+			require.NoError(t, err)
+			require.Equal(t, tc.want, c, "%s %s", tc.tenant, tc.outcome)
+		}
+	}
+	_, err := inboxprom.NewWithConfig(inboxprom.Config{})
+	require.ErrorContains(t, err, "registerer is nil")
+}
+
+// tenantCounter reads the messages counter of one consumer, outcome and tenant.
+func tenantCounter(reg *prometheus.Registry, consumer string, outcome inbox.Outcome, tenant string) (float64, error) {
+	families, err := reg.Gather()
+	if err != nil {
+		return 0, err
+	}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if f.GetName() == inboxprom.MessagesTotal && labels["consumer"] == consumer && labels["outcome"] == string(outcome) && labels["tenant"] == tenant {
+				return m.GetCounter().GetValue(), nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("no %s series for %s/%s/%s", inboxprom.MessagesTotal, consumer, outcome, tenant)
+}

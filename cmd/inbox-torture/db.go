@@ -49,6 +49,9 @@ type entry struct {
 // openDatabase connects to o.db; worker connections are tagged so the parent can find
 // (and terminate) them.
 func openDatabase(ctx context.Context, o options, worker bool) (database, error) {
+	if o.tenants > 0 {
+		return openTenants(ctx, o, worker)
+	}
 	switch o.db {
 	case "postgres":
 		return openPostgres(ctx, o, worker)

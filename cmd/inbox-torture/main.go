@@ -20,6 +20,11 @@
 //   - -transport redis: each message is added -copies times to a Redis stream, all workers
 //     consume in one consumer group (watermill-redisstream).
 //
+// With -tenants N, the messages are spread over N tenants, each with a database of its
+// own (created and dropped by the run), and the workers route them through an
+// inbox.TenantStore (the tenant in the message metadata, or in Process's context); each
+// tenant's ledger is then checked on its own.
+//
 // Meanwhile it injects faults: it SIGKILLs a random worker every -kill-every and restarts
 // it; workers SIGKILL themselves with probability -crash-rate right after a commit, before
 // the ack; it terminates a worker's database connection every -terminate-every
@@ -68,6 +73,7 @@ type options struct {
 	amqpURL        string
 	natsURL        string
 	redisURL       string
+	tenants        int
 	run            string
 	keep           bool
 	quiet          bool
@@ -96,6 +102,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.amqpURL, "amqp-url", "", "RabbitMQ URL (default INBOX_AMQP_URL or amqp://guest:guest@127.0.0.1:5672/)")
 	fs.StringVar(&o.natsURL, "nats-url", "", "NATS URL, JetStream enabled (default INBOX_NATS_URL or nats://127.0.0.1:4222)")
 	fs.StringVar(&o.redisURL, "redis-url", "", "Redis URL (default INBOX_REDIS_URL or redis://127.0.0.1:6379/0)")
+	fs.IntVar(&o.tenants, "tenants", 0, "tenant databases (postgres, mariadb, mysql): message i belongs to tenant t<i%tenants>, routed by an inbox.TenantStore, and each tenant's ledger is checked on its own (0: one database)")
 	fs.StringVar(&o.run, "run", "", "run id, naming the tables, topic or queue (default: random)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the tables, topic and queue after the run")
 	fs.BoolVar(&o.quiet, "quiet", false, "print only the final report")
@@ -115,6 +122,8 @@ func parseFlags(args []string) (options, error) {
 		return o, fmt.Errorf("-copies %d > -workers %d: the direct transport hands the copies of a message to distinct workers", o.copies, o.workers)
 	case o.failRate < 0 || o.failRate >= 1, o.crashRate < 0 || o.crashRate >= 1:
 		return o, fmt.Errorf("-fail-rate and -crash-rate are probabilities below 1")
+	case o.tenants < 0, o.tenants > 0 && !slices.Contains([]string{"postgres", "mariadb", "mysql"}, o.db):
+		return o, fmt.Errorf("-tenants %d: use 0, or a number of tenant databases with -db postgres, mariadb or mysql", o.tenants)
 	}
 	if o.dsn == "" {
 		o.dsn = defaultDSN(o.db)

@@ -123,6 +123,11 @@ func runParent(ctx context.Context, o options) (bool, error) {
 		return false, fmt.Errorf("reading the ledger: %w", err)
 	}
 	problems := check(o, state)
+	if t, ok := db.(*tenants); ok { // each tenant's ledger holds its messages, exactly
+		if problems, err = checkTenants(ctx, o, t); err != nil {
+			return false, fmt.Errorf("reading the tenants' ledgers: %w", err)
+		}
+	}
 	if !finished {
 		problems = append([]string{fmt.Sprintf("%d of %d deliveries not handled (-duration %v passed, or interrupted)", p.remaining, o.messages*o.copies, o.duration)}, problems...)
 	}
@@ -144,7 +149,7 @@ func (p *parent) workerArgs(slot int) []string {
 		"-accounts", strconv.Itoa(o.accounts), "-concurrency", strconv.Itoa(o.concurrency),
 		"-fail-rate", strconv.FormatFloat(o.failRate, 'g', -1, 64), "-crash-rate", strconv.FormatFloat(o.crashRate, 'g', -1, 64),
 		"-handler-delay", o.handlerDelay.String(), "-kafka-brokers", o.brokers, "-amqp-url", o.amqpURL,
-		"-nats-url", o.natsURL, "-redis-url", o.redisURL}
+		"-nats-url", o.natsURL, "-redis-url", o.redisURL, "-tenants", strconv.Itoa(o.tenants)}
 }
 
 // start starts a new process in slot.
@@ -431,72 +436,14 @@ func (p *parent) stopAll() {
 	close(p.done)
 }
 
-// check compares the ledger with what exactly-once means, message by message.
-func check(o options, s ledgerState) []string {
-	var problems []string
-	type seen struct{ n, account, amount int }
-	byKey := map[string]*seen{}
-	for _, e := range s.entries {
-		k := byKey[e.key]
-		if k == nil {
-			k = &seen{}
-			byKey[e.key] = k
-		}
-		k.n++
-		k.account, k.amount = e.account, e.amount
-	}
-	lost, twice, wrong := 0, 0, 0
-	report := func(format string, args ...any) {
-		if len(problems) < 20 {
-			problems = append(problems, fmt.Sprintf(format, args...))
-		}
-	}
-	for i := range o.messages {
-		key := "m" + strconv.Itoa(i)
-		k := byKey[key]
-		delete(byKey, key)
-		switch {
-		case k == nil:
-			lost++
-			report("message %s was never applied", key)
-		case k.n > 1:
-			twice++
-			report("message %s was applied %d times", key, k.n)
-		case k.account != i%o.accounts || k.amount != i+1:
-			wrong++
-			report("message %s credited %d to account %d, not %d to %d", key, k.amount, k.account, i+1, i%o.accounts)
-		}
-	}
-	for key := range byKey {
-		report("ledger entry for an unknown message %q", key)
-	}
-	want := map[int]int64{}
-	for i := range o.messages {
-		want[i%o.accounts] += int64(i + 1)
-	}
-	for a := range o.accounts {
-		if s.balances[a] != want[a] {
-			report("account %d has balance %d, want %d", a, s.balances[a], want[a])
-		}
-	}
-	keys := map[string]bool{}
-	for _, k := range s.keys {
-		keys[k] = true
-	}
-	if len(s.keys) != o.messages || len(keys) != o.messages {
-		report("the inbox holds %d keys (%d distinct) for %d messages", len(s.keys), len(keys), o.messages)
-	}
-	if lost+twice+wrong > 0 {
-		problems = append([]string{fmt.Sprintf("%d messages never applied (lost, or not delivered yet), %d applied more than once, %d applied wrongly", lost, twice, wrong)}, problems...)
-	}
-	return problems
-}
-
 func (p *parent) print(wall time.Duration, s ledgerState, problems []string) {
 	o := p.o
 	deliveries := o.messages * o.copies
 	fmt.Printf("inbox-torture %s/%s: %d workers, %d messages × %d copies, %d accounts, kill every %v, terminate every %v, fail rate %g, crash rate %g\n",
 		o.db, o.transport, o.workers, o.messages, o.copies, o.accounts, o.killEvery, o.terminateEvery, o.failRate, o.crashRate)
+	if o.tenants > 0 {
+		fmt.Printf("  tenants                 %d databases, each ledger checked on its own\n", o.tenants)
+	}
 	fmt.Printf("  wall time               %v (%.0f messages/s, %.0f deliveries/s)\n", wall.Round(time.Millisecond),
 		float64(len(s.keys))/wall.Seconds(), float64(deliveries-p.remaining)/wall.Seconds())
 	fmt.Printf("  processed (reported)    %d, plus %d committed then crashed before the ack\n", p.c.processed, p.c.crashes)

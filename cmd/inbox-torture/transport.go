@@ -13,6 +13,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/watermill-inbox/inbox"
 )
 
 // The topic, consumer group and queue of a run are named after it.
@@ -70,6 +72,9 @@ func messagesFor(o options) []*message.Message {
 		for c := range o.copies {
 			msg := message.NewMessage("m"+strconv.Itoa(i), []byte(strconv.Itoa(i+1)))
 			msg.Metadata.Set(copyMetadata, strconv.Itoa(c))
+			if o.tenants > 0 {
+				msg.Metadata.Set(inbox.DefaultTenantMetadata, tenantOf(o, i))
+			}
 			msgs = append(msgs, msg)
 		}
 	}

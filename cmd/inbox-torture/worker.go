@@ -146,6 +146,10 @@ func (w *worker) direct(ctx context.Context) error {
 		wg.Go(func() {
 			for line := range lines {
 				key, copy, _ := strings.Cut(line, " ")
+				ctx := ctx
+				if i, err := messageIndex(key); err == nil && w.o.tenants > 0 {
+					ctx = inbox.ContextWithTenant(ctx, tenantOf(w.o, i))
+				}
 				dup, err := w.ib.Process(ctx, consumer, key, func(ctx context.Context) error {
 					return w.handle(ctx, key)
 				})

@@ -59,21 +59,45 @@ func (fs commandFlags) parse(args []string) ([]string, error) {
 	}
 }
 
-// dbFlags are the flags of the commands that open the database.
+// dbFlags are the flags of the commands that open the database, or every tenant's.
 type dbFlags struct {
-	dsn, table string
+	dsn, table, schema, tenants string
+	fs                          commandFlags
 }
 
 func (d *dbFlags) register(fs commandFlags) {
+	d.fs = fs
 	fs.StringVar(&d.dsn, "dsn", os.Getenv("INBOX_DSN"), "database `DSN`: postgres://..., mysql://user@tcp(host:port)/db, redis://... or sqlite:app.db (default $INBOX_DSN)")
 	fs.StringVar(&d.table, "table", inbox.DefaultTable, "inbox `table` name")
+	fs.StringVar(&d.schema, "schema", "", "PostgreSQL `schema` of the tables (default: the search_path's)")
+	fs.StringVar(&d.tenants, "tenants", "", "tenant list `file` (\"-\": stdin), one \"TENANT DSN [SCHEMA]\" per line: run on every tenant instead of --dsn")
 }
 
 func (d *dbFlags) check() error {
-	if d.dsn == "" {
-		return usagef("--dsn is required (or set INBOX_DSN)")
+	dsnGiven := false
+	d.fs.Visit(func(f *flag.Flag) { dsnGiven = dsnGiven || f.Name == "dsn" })
+	switch {
+	case d.tenants != "" && (dsnGiven || d.schema != ""):
+		return usagef("--tenants names each tenant's DSN and schema: drop --dsn and --schema")
+	case d.tenants == "" && d.dsn == "":
+		return usagef("--dsn is required (or set INBOX_DSN, or give --tenants)")
 	}
 	return nil
+}
+
+// open opens the database, or, with --tenants, a TenantStore over every tenant (nil
+// otherwise), and returns a function that closes them.
+func (d *dbFlags) open(ctx context.Context, stdin io.Reader) (inbox.Store, *inbox.TenantStore, func(), error) {
+	if d.tenants == "" {
+		store, closeDB, err := openStoreIn(ctx, d.dsn, d.table, d.schema)
+		return store, nil, closeDB, err
+	}
+	entries, err := readTenants(d.tenants, stdin)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ts, closeAll, err := openTenants(entries, d.table)
+	return ts, ts, closeAll, err
 }
 
 func noPositional(positional []string) error {
@@ -123,7 +147,7 @@ func purgeCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			cfg.OlderThan, cfg.MinRetention)
 	}
 
-	store, closeDB, err := openStore(ctx, db.dsn, db.table)
+	store, tenants, closeDB, err := db.open(ctx, os.Stdin)
 	if err != nil {
 		return err
 	}
@@ -135,6 +159,13 @@ func purgeCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			elapsed := time.Since(start)
 			fmt.Fprintf(stderr, "\rdeleted %d keys, %.0f keys/s, %s elapsed ", deleted, float64(deleted)/elapsed.Seconds(), elapsed.Round(100*time.Millisecond))
 		}
+	}
+	if tenants != nil {
+		purges, err := inbox.PurgeTenants(ctx, tenants, cfg)
+		if cfg.Progress != nil {
+			fmt.Fprintln(stderr)
+		}
+		return printTenantPurges(stdout, purges, err, db.table, cfg.OlderThan, time.Since(start), asJSON, quiet)
 	}
 	deleted, err := inbox.Purge(ctx, store, cfg)
 	elapsed := time.Since(start)
@@ -206,11 +237,14 @@ func statsCmd(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	if err := errors.Join(noPositional(positional), db.check()); err != nil {
 		return usageError{oneLine(err.Error())}
 	}
-	store, closeDB, err := openStore(ctx, db.dsn, db.table)
+	store, tenants, closeDB, err := db.open(ctx, os.Stdin)
 	if err != nil {
 		return err
 	}
 	defer closeDB()
+	if tenants != nil {
+		return printTenantStats(ctx, stdout, tenants, db.table, asJSON)
+	}
 	stats, err := store.Stats(ctx)
 	if err != nil {
 		return err
@@ -263,7 +297,7 @@ func age(d time.Duration) string {
 
 func forgetCmd(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	var db dbFlags
-	var consumer, key string
+	var consumer, key, tenant string
 	fs := newFlags("forget", "forget --dsn DSN --consumer NAME --key KEY [--table NAME]",
 		"Deletes one key (and its attempts), so that the next delivery of its message is\n"+
 			"processed again: after fixing a handler, or to release a message poisoned by\n"+
@@ -271,6 +305,7 @@ func forgetCmd(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	db.register(fs)
 	fs.StringVar(&consumer, "consumer", "", "the consumer the key belongs to (required)")
 	fs.StringVar(&key, "key", "", "the key, as the key function derived it (required)")
+	fs.StringVar(&tenant, "tenant", "", "with --tenants: the `tenant` whose key it is")
 	positional, err := fs.parse(args)
 	if err != nil {
 		return err
@@ -287,11 +322,20 @@ func forgetCmd(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	if err := errors.Join(noPositional(positional), db.check()); err != nil {
 		return usageError{oneLine(err.Error())}
 	}
-	store, closeDB, err := openStore(ctx, db.dsn, db.table)
+	switch {
+	case db.tenants != "" && tenant == "":
+		return usagef("--tenant is required with --tenants: the tenant whose key to forget")
+	case db.tenants == "" && tenant != "":
+		return usagef("--tenant needs --tenants, the list that names its DSN")
+	}
+	store, _, closeDB, err := db.open(ctx, os.Stdin)
 	if err != nil {
 		return err
 	}
 	defer closeDB()
+	if tenant != "" {
+		ctx = inbox.ContextWithTenant(ctx, tenant)
+	}
 	found, err := store.Forget(ctx, consumer, key)
 	if err != nil {
 		return err

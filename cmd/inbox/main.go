@@ -2,10 +2,16 @@
 // keys, prints the schema, shows key counts, and forgets one key so that its message is
 // processed again.
 //
-//	inbox purge  --dsn DSN --older-than 720h [--table inbox] [--batch 10000] [--min-retention 168h] [--force] [--json|--quiet]
+//	inbox purge  --dsn DSN --older-than 720h [--table inbox] [--schema S] [--batch 10000] [--min-retention 168h] [--force] [--json|--quiet]
 //	inbox schema postgres|mysql|sqlite [--table inbox]
-//	inbox stats  --dsn DSN [--table inbox] [--json]
-//	inbox forget --dsn DSN --consumer C --key K [--table inbox]
+//	inbox stats  --dsn DSN [--table inbox] [--schema S] [--json]
+//	inbox forget --dsn DSN --consumer C --key K [--table inbox] [--schema S]
+//
+// With a database, a schema or a key prefix per tenant, --tenants FILE replaces --dsn:
+// purge and stats run on every tenant of the list (a result per tenant; one that fails
+// does not stop the others, and makes the exit status 1), and forget on the one named by
+// --tenant. Each line of FILE ("-" reads stdin) is "TENANT DSN [SCHEMA]": SCHEMA is the
+// tenant's PostgreSQL schema, or its Redis key prefix; # starts a comment.
 //
 // DSN is a PostgreSQL URL (postgres://user@host:5432/db), a MySQL DSN
 // (mysql://user@tcp(host:3306)/db, or the go-sql-driver form user@tcp(host:3306)/db), or
@@ -43,10 +49,13 @@ const (
 const usage = `inbox operates the tables of the watermill inbox.
 
 Usage:
-  inbox purge  --dsn DSN --older-than 720h [--table inbox] [--batch 10000] [--min-retention 168h] [--force] [--json|--quiet]
+  inbox purge  --dsn DSN --older-than 720h [--table inbox] [--schema S] [--batch 10000] [--min-retention 168h] [--force] [--json|--quiet]
   inbox schema postgres|mysql|sqlite [--table inbox]
-  inbox stats  --dsn DSN [--table inbox] [--json]
-  inbox forget --dsn DSN --consumer C --key K [--table inbox]
+  inbox stats  --dsn DSN [--table inbox] [--schema S] [--json]
+  inbox forget --dsn DSN --consumer C --key K [--table inbox] [--schema S]
+
+With a database, schema or key prefix per tenant, --tenants FILE replaces --dsn (and
+forget takes --tenant NAME): one "TENANT DSN [SCHEMA]" per line of FILE ("-": stdin).
 
 Run "inbox COMMAND --help" for a command's flags.
 

@@ -28,15 +28,27 @@ func isMySQLDSN(dsn string) bool {
 // openStore opens the database a DSN names and returns its inbox store, checked to have
 // its tables, and a function that closes the connections.
 func openStore(ctx context.Context, dsn, table string) (inbox.Store, func(), error) {
+	return openStoreIn(ctx, dsn, table, "")
+}
+
+// openStoreIn is openStore with the tables in a PostgreSQL schema, or, for Redis, under
+// a key prefix (schema; "" for the default).
+func openStoreIn(ctx context.Context, dsn, table, schema string) (inbox.Store, func(), error) {
 	switch {
 	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
-		return openPostgres(ctx, dsn, table)
+		return openPostgres(ctx, dsn, table, schema)
+	case strings.HasPrefix(dsn, "redis://"), strings.HasPrefix(dsn, "rediss://"):
+		prefix := table + ":"
+		if schema != "" {
+			prefix = schema
+		}
+		return openRedis(ctx, dsn, prefix)
+	case schema != "":
+		return nil, nil, errors.New("a schema is for a PostgreSQL DSN (or a key prefix for Redis): name a MySQL tenant's database in its DSN")
 	case strings.HasPrefix(dsn, "mysql://"):
 		return openMySQL(ctx, strings.TrimPrefix(dsn, "mysql://"), table)
 	case isMySQLDSN(dsn):
 		return openMySQL(ctx, dsn, table)
-	case strings.HasPrefix(dsn, "redis://"), strings.HasPrefix(dsn, "rediss://"):
-		return openRedis(ctx, dsn, table)
 	}
 	if _, ok := sqlitePath(dsn); ok {
 		return openSQLite(ctx, dsn, table)
@@ -44,7 +56,7 @@ func openStore(ctx context.Context, dsn, table string) (inbox.Store, func(), err
 	return nil, nil, errors.New("the DSN is neither a PostgreSQL URL (postgres://user@host:5432/db), a MySQL DSN (mysql://user@tcp(host:3306)/db), a Redis URL (redis://host:6379/0) nor a SQLite file (sqlite:app.db, or a path ending in .db)")
 }
 
-func openPostgres(ctx context.Context, dsn, table string) (inbox.Store, func(), error) {
+func openPostgres(ctx context.Context, dsn, table, schema string) (inbox.Store, func(), error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, nil, fmt.Errorf("parsing the PostgreSQL DSN %s: %w", redact(dsn), err)
@@ -60,7 +72,7 @@ func openPostgres(ctx context.Context, dsn, table string) (inbox.Store, func(), 
 		pool.Close()
 		return nil, nil, fmt.Errorf("connecting to PostgreSQL: %w", err)
 	}
-	store, err := inbox.NewPostgresStore(pool, inbox.PostgresConfig{Table: table})
+	store, err := inbox.NewPostgresStore(pool, inbox.PostgresConfig{Table: table, Schema: schema})
 	if err == nil {
 		err = store.Verify(ctx)
 	}

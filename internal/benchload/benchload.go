@@ -173,6 +173,10 @@ type hiddenPool struct{ inbox.PgxDB }
 // hiddenSQL is a SQLDB that is not a *sql.DB.
 type hiddenSQL struct{ inbox.SQLDB }
 
+// Behind returns the handler's work behind ib (Inbox.Process), for an inbox other than
+// the Target's own on the same tables: one over a TenantStore routing to Store.
+func (t *Target) Behind(ib *inbox.Inbox) Op { return t.behind(ib) }
+
 // WithUnfolded is WithInbox through Unfolded.
 func (t *Target) WithUnfolded(ctx context.Context, key string) error {
 	return t.behind(t.Unfolded)(ctx, key)

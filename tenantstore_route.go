@@ -1,0 +1,222 @@
+package inbox
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// The Store methods of TenantStore: each finds the tenant in ctx, takes a reference on
+// its store and hands the call over unchanged. Errors of the tenant's store are wrapped
+// with the tenant's name.
+
+// Claim implements Store on the store of the tenant in ctx.
+func (s *TenantStore) Claim(ctx context.Context, rec Record) (Claim, error) {
+	e, err := s.use(ctx, "claiming the key")
+	if err != nil {
+		return Claim{}, err
+	}
+	claim, err := e.t.Store.Claim(ctx, rec)
+	return e.hold(claim, err)
+}
+
+// ClaimIn implements Store on the store of the tenant in ctx. tx must be a transaction
+// on that tenant's database (see TenantStore).
+func (s *TenantStore) ClaimIn(ctx context.Context, tx any, rec Record) (Claim, error) {
+	e, err := s.use(ctx, "claiming the key")
+	if err != nil {
+		return Claim{}, err
+	}
+	claim, err := e.t.Store.ClaimIn(ctx, tx, rec)
+	return e.hold(claim, err)
+}
+
+// EndAttempt implements Store on the store of the tenant in ctx.
+func (s *TenantStore) EndAttempt(ctx context.Context, rec Record) error {
+	e, err := s.use(ctx, "ending the attempt")
+	if err != nil {
+		return err
+	}
+	defer e.inFlight.Done()
+	return e.wrap(e.t.Store.EndAttempt(ctx, rec))
+}
+
+// UnfinishedAttempts implements AttemptCounter: the tenant's in ctx or, without one,
+// every tenant's summed per consumer; a tenant whose store cannot count adds nothing.
+func (s *TenantStore) UnfinishedAttempts(ctx context.Context) (map[string]int64, error) {
+	count := func(ctx context.Context, store Store) (map[string]int64, error) {
+		if c, ok := store.(AttemptCounter); ok {
+			return c.UnfinishedAttempts(ctx)
+		}
+		return nil, nil
+	}
+	if _, ok := TenantFromContext(ctx); ok {
+		e, err := s.use(ctx, "counting unfinished attempts")
+		if err != nil {
+			return nil, err
+		}
+		defer e.inFlight.Done()
+		n, err := count(ctx, e.t.Store)
+		return n, e.wrap(err)
+	}
+	var mu sync.Mutex
+	sum := map[string]int64{}
+	err := s.ForEachTenant(ctx, func(ctx context.Context, _ string, store Store) error {
+		n, err := count(ctx, store)
+		mu.Lock()
+		defer mu.Unlock()
+		for consumer, c := range n {
+			sum[consumer] += c
+		}
+		return err
+	})
+	return sum, err
+}
+
+// Forget implements Store on the store of the tenant in ctx: the key is forgotten in that
+// tenant only.
+func (s *TenantStore) Forget(ctx context.Context, consumer, key string) (bool, error) {
+	e, err := s.use(ctx, "forgetting the key")
+	if err != nil {
+		return false, err
+	}
+	defer e.inFlight.Done()
+	found, err := e.t.Store.Forget(ctx, consumer, key)
+	return found, e.wrap(err)
+}
+
+// PurgeBatch implements Store on the store of the tenant in ctx. Without a tenant it
+// fails: Purge and PurgeEvery purge every tenant (PurgeTenants).
+func (s *TenantStore) PurgeBatch(ctx context.Context, before time.Time, limit int) (Purged, error) {
+	e, err := s.use(ctx, "purging (inbox.Purge and PurgeEvery purge every tenant)")
+	if err != nil {
+		return Purged{}, err
+	}
+	defer e.inFlight.Done()
+	n, err := e.t.Store.PurgeBatch(ctx, before, limit)
+	return n, e.wrap(err)
+}
+
+// Stats implements Store: the stats of the tenant in ctx, or, without one, every
+// tenant's summed per consumer (the oldest key being the oldest of all).
+func (s *TenantStore) Stats(ctx context.Context) ([]ConsumerStats, error) {
+	if _, ok := TenantFromContext(ctx); ok {
+		e, err := s.use(ctx, "reading stats")
+		if err != nil {
+			return nil, err
+		}
+		defer e.inFlight.Done()
+		stats, err := e.t.Store.Stats(ctx)
+		return stats, e.wrap(err)
+	}
+	var mu sync.Mutex
+	sum := map[string]ConsumerStats{}
+	err := s.ForEachTenant(ctx, func(ctx context.Context, _ string, store Store) error {
+		stats, err := store.Stats(ctx)
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range stats {
+			acc, seen := sum[c.Consumer]
+			acc.Consumer = c.Consumer
+			acc.Keys += c.Keys
+			if !seen || c.Oldest.Before(acc.Oldest) {
+				acc.Oldest = c.Oldest
+			}
+			sum[c.Consumer] = acc
+		}
+		return err
+	})
+	return sortedStats(sum), err
+}
+
+// Verify implements Store: it checks the tables of the tenant in ctx or, without one,
+// of every tenant that TenantConfig.Tenants lists (none when it is nil), opening them.
+func (s *TenantStore) Verify(ctx context.Context) error {
+	if _, ok := TenantFromContext(ctx); ok {
+		e, err := s.use(ctx, "checking the tables")
+		if err != nil {
+			return err
+		}
+		defer e.inFlight.Done()
+		return e.wrap(e.t.Store.Verify(ctx))
+	}
+	if s.cfg.Tenants == nil {
+		return nil
+	}
+	return s.ForEachTenant(ctx, func(ctx context.Context, _ string, store Store) error {
+		return store.Verify(ctx)
+	})
+}
+
+// schemaCreator is the optional interface of a store that creates its own tables.
+type schemaCreator interface {
+	CreateSchema(ctx context.Context) error
+}
+
+// CreateSchema creates the tables of the tenant in ctx or, without one, of every tenant
+// TenantConfig.Tenants lists, through each tenant store's own CreateSchema
+// (PostgresStore, SQLPostgresStore, MySQLStore). One tenant failing does not stop the
+// others; the error names each that failed.
+func (s *TenantStore) CreateSchema(ctx context.Context) error {
+	create := func(ctx context.Context, tenant string, store Store) error {
+		c, ok := store.(schemaCreator)
+		if !ok {
+			return fmt.Errorf("inbox: its store, a %T, has no CreateSchema method: create its tables with the store's own DDL", store)
+		}
+		return c.CreateSchema(ctx)
+	}
+	if tenant, ok := TenantFromContext(ctx); ok {
+		e, err := s.use(ctx, "creating the schema")
+		if err != nil {
+			return err
+		}
+		defer e.inFlight.Done()
+		return e.wrap(create(ctx, tenant, e.t.Store))
+	}
+	return s.ForEachTenant(ctx, create)
+}
+
+// hold returns claim with its transaction wrapped so that the reference on the tenant's
+// store lasts until the transaction ends; a claim without one releases it now.
+func (e *tenantEntry) hold(claim Claim, err error) (Claim, error) {
+	if err != nil || claim.Tx == nil {
+		e.inFlight.Done()
+		return claim, e.wrap(err)
+	}
+	claim.Tx = &tenantTx{Tx: claim.Tx, e: e}
+	return claim, nil
+}
+
+// wrap names the tenant in an error of its store; nil stays nil.
+func (e *tenantEntry) wrap(err error) error {
+	if err == nil {
+		return nil
+	}
+	return wrap(fmt.Sprintf("tenant %q", e.name), err)
+}
+
+// tenantTx is a tenant store's transaction, holding a reference on the store until it
+// ends (its Commit or Rollback returned), so that Remove closes the store only then.
+type tenantTx struct {
+	Tx
+	e    *tenantEntry
+	once sync.Once
+}
+
+func (t *tenantTx) Commit(ctx context.Context, output []byte) error {
+	defer t.release()
+	return t.e.wrap(t.Tx.Commit(ctx, output))
+}
+
+func (t *tenantTx) Rollback(ctx context.Context) error {
+	defer t.release()
+	return t.e.wrap(t.Tx.Rollback(ctx))
+}
+
+func (t *tenantTx) Abandon(ctx context.Context) error {
+	defer t.release()
+	return t.e.wrap(t.Tx.Abandon(ctx))
+}
+
+func (t *tenantTx) release() { t.once.Do(t.e.inFlight.Done) }
