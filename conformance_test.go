@@ -420,6 +420,7 @@ func exerciseStore(t *testing.T, f storeFlavour) {
 	})
 
 	exerciseCombinations(t, f)
+	exerciseBatches(t, f)
 
 	t.Run("MissingTableFailsNew", func(t *testing.T) {
 		if f.caps.noSchema {

@@ -60,6 +60,7 @@ type caps struct {
 	noSchema            bool // no tables: Verify never reports ErrNoTable
 	noSession           bool // no database session whose settings LockTimeout could change
 	handlerCannotCommit bool // a handler ending its handle commits nothing, key included
+	noBatch             bool // ProcessBatch is refused with errors.ErrUnsupported
 }
 
 type storeOpts struct {
