@@ -208,7 +208,7 @@ func walletCents(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
 
 func resetTables(ctx context.Context, pool *pgxpool.Pool) error {
 	_, err := pool.Exec(ctx, `
-		DROP TABLE IF EXISTS example_inbox, example_inbox_attempts, example_wallets, example_receipts;
+		DROP TABLE IF EXISTS example_inbox, example_inbox_attempts, example_inbox_offsets, example_wallets, example_receipts;
 		CREATE TABLE example_wallets (id text PRIMARY KEY, cents bigint NOT NULL);
 		INSERT INTO example_wallets VALUES ('alice', 0);
 		CREATE TABLE example_receipts (order_uuid text NOT NULL)`)

@@ -105,7 +105,7 @@ func (p *postgres) ledger(ctx context.Context) (ledgerState, error) {
 }
 
 func (p *postgres) drop(ctx context.Context) error {
-	_, err := p.pool.Exec(ctx, `DROP TABLE IF EXISTS `+p.inboxT+`, `+pgx.Identifier{p.run + "_attempts"}.Sanitize()+`, `+p.ledgerT+`, `+p.accT)
+	_, err := p.pool.Exec(ctx, `DROP TABLE IF EXISTS `+p.inboxT+`, `+pgx.Identifier{p.run + "_attempts"}.Sanitize()+`, `+pgx.Identifier{p.run + "_offsets"}.Sanitize()+`, `+p.ledgerT+`, `+p.accT)
 	return err
 }
 

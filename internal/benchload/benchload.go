@@ -185,7 +185,7 @@ func (t *Target) behind(ib *inbox.Inbox) Op {
 func (t *Target) Drop(ctx context.Context, dropInbox bool) error {
 	tables := append([]string{t.accounts, t.log, t.naive}, t.variants...)
 	if dropInbox {
-		tables = append(tables, t.InboxTable, t.InboxTable+"_attempts")
+		tables = append(tables, t.InboxTable, t.InboxTable+"_attempts", t.InboxTable+"_offsets")
 	}
 	var errs []error
 	for _, name := range tables {
@@ -760,7 +760,7 @@ func (t *Target) Variant(ctx context.Context, variant string) (Op, error) {
 	if err := store.CreateSchema(ctx); err != nil {
 		return nil, err
 	}
-	t.variants = append(t.variants, table, table+"_attempts")
+	t.variants = append(t.variants, table, table+"_attempts", table+"_offsets")
 	idx := pgx.Identifier{table + "_processed_at"}.Sanitize()
 	q := `DROP INDEX ` + idx
 	if variant == "brin" {
@@ -790,7 +790,7 @@ func (t *Target) sessionIsolation(ctx context.Context) (Op, error) {
 	if err := store.CreateSchema(ctx); err != nil {
 		return nil, err
 	}
-	t.variants = append(t.variants, table, table+"_attempts")
+	t.variants = append(t.variants, table, table+"_attempts", table+"_offsets")
 	ib, err := inbox.New(inbox.Config{Store: store, Consumer: t.consumer})
 	if err != nil {
 		return nil, err
