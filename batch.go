@@ -221,7 +221,11 @@ func (ib *Inbox) runBatch(ctx context.Context, consumer string, keys []string, c
 	start := time.Now()
 	v, err := claim(ctx, txFromContext(ctx))
 	wait := time.Since(start)
-	if err != nil {
+	var itemErr *BatchItemError
+	switch {
+	case errors.As(err, &itemErr): // one message refuses the batch (offset mode: its position)
+		return res, join(ib.refuseBatch(ctx, consumer, keys, itemErr.Index, OutcomeFailed, wait, itemErr.Err), rollbackIf(ctx, v.tx))
+	case err != nil:
 		outcome := OutcomeFailed
 		if errors.Is(err, ErrContended) {
 			outcome = OutcomeContended

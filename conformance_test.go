@@ -421,6 +421,7 @@ func exerciseStore(t *testing.T, f storeFlavour) {
 
 	exerciseCombinations(t, f)
 	exerciseBatches(t, f)
+	exerciseOffsets(t, f)
 
 	t.Run("MissingTableFailsNew", func(t *testing.T) {
 		if f.caps.noSchema {

@@ -61,6 +61,7 @@ type caps struct {
 	noSession           bool // no database session whose settings LockTimeout could change
 	handlerCannotCommit bool // a handler ending its handle commits nothing, key included
 	noBatch             bool // ProcessBatch is refused with errors.ErrUnsupported
+	noOffsets           bool // offset mode is refused: ProcessOffsets with errors.ErrUnsupported, Config.Position by New
 }
 
 type storeOpts struct {

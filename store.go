@@ -64,6 +64,10 @@ type Record struct {
 	Key      string
 	// Fingerprint identifies the message's content (see Config.Fingerprint). It may be nil.
 	Fingerprint []byte
+
+	// pos is, in offset mode, the message's position, which the inbox claims in its
+	// partition's row instead of the key (Key is then pos.String()).
+	pos *Position
 }
 
 // Claim is the verdict of Store.Claim.

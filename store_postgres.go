@@ -61,8 +61,9 @@ type PostgresStore struct {
 	db  PgxDB
 	cfg PostgresConfig
 	sql postgresQueries
-	// batchSQL claims batches (BatchStore).
-	batchSQL postgresBatchQueries
+	// batchSQL claims batches (BatchStore), offsetSQL offsets (OffsetStore).
+	batchSQL  postgresBatchQueries
+	offsetSQL postgresOffsetQueries
 	// folded claims in one round trip; nil when db or the config does not allow it.
 	folded *foldedClaim
 }
@@ -93,7 +94,8 @@ func NewPostgresStore(db PgxDB, cfg PostgresConfig) (*PostgresStore, error) {
 	if cfg.LockTimeout < 0 {
 		return nil, fmt.Errorf("inbox: invalid store config: LockTimeout is %v: use 0 for no bound, or a positive duration", cfg.LockTimeout)
 	}
-	s := &PostgresStore{db: db, cfg: cfg, sql: newPostgresQueries(cfg.Table), batchSQL: newPostgresBatchQueries(cfg.Table)}
+	s := &PostgresStore{db: db, cfg: cfg, sql: newPostgresQueries(cfg.Table), batchSQL: newPostgresBatchQueries(cfg.Table),
+		offsetSQL: newPostgresOffsetQueries(cfg.Table)}
 	if cfg.TxOptions.IsoLevel == pgx.ReadCommitted && cfg.TxOptions.BeginQuery == "" {
 		s.folded = newFoldedClaim(s)
 	}

@@ -39,8 +39,9 @@ type SQLPostgresStore struct {
 	db  SQLDB
 	cfg SQLPostgresConfig
 	sql postgresQueries
-	// batchSQL claims batches (BatchStore).
-	batchSQL postgresBatchQueries
+	// batchSQL claims batches (BatchStore), offsetSQL offsets (OffsetStore).
+	batchSQL  postgresBatchQueries
+	offsetSQL postgresOffsetQueries
 }
 
 var _ Store = (*SQLPostgresStore)(nil)
@@ -63,7 +64,8 @@ func NewSQLPostgresStore(db SQLDB, cfg SQLPostgresConfig) (*SQLPostgresStore, er
 	if cfg.LockTimeout < 0 {
 		return nil, fmt.Errorf("inbox: invalid store config: LockTimeout is %v: use 0 for no bound, or a positive duration", cfg.LockTimeout)
 	}
-	return &SQLPostgresStore{db: db, cfg: cfg, sql: newPostgresQueries(cfg.Table), batchSQL: newPostgresBatchQueries(cfg.Table)}, nil
+	return &SQLPostgresStore{db: db, cfg: cfg, sql: newPostgresQueries(cfg.Table), batchSQL: newPostgresBatchQueries(cfg.Table),
+		offsetSQL: newPostgresOffsetQueries(cfg.Table)}, nil
 }
 
 // CreateSchema creates the store's tables and index if they do not exist, with the DDL of
