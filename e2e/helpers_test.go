@@ -34,6 +34,7 @@ import (
 	"github.com/watermill-inbox/inbox"
 	"github.com/watermill-inbox/inbox/amqpkey"
 	"github.com/watermill-inbox/inbox/internal/brokertest"
+	"github.com/watermill-inbox/inbox/kafkakey"
 )
 
 // wait bounds every wait for a broker to deliver.
@@ -262,6 +263,7 @@ type helperArgs struct {
 	NATS        natsConsumer // Broker "nats": the stream and durable consumer to bind to
 	RedisURL    string       // Broker "redis": Topic is the stream, Group the consumer group
 	RedisName   string       // Broker "redis": the consumer's name in the group; "child" if empty
+	Offsets     bool         // Broker "kafka": offset mode (kafkakey.Partition) instead of keys
 }
 
 const helperEnv = "INBOX_E2E_HELPER"
@@ -403,7 +405,11 @@ func TestHelperProcess(t *testing.T) {
 	pool := brokertest.PgPool(t)
 	store := brokertest.Store(t, pool, args.InboxTable, false)
 	ledger := brokertest.Ledger{Pool: pool, Table: args.LedgerTable}
-	ib, err := inbox.New(inbox.Config{Store: store, Consumer: args.Consumer})
+	cfg := inbox.Config{Store: store, Consumer: args.Consumer}
+	if args.Offsets {
+		cfg.Position = kafkakey.Partition
+	}
+	ib, err := inbox.New(cfg)
 	require.NoError(t, err)
 
 	var sub message.Subscriber
