@@ -280,10 +280,17 @@ type child struct {
 // startChild re-executes the test binary as a consumer process.
 func startChild(t *testing.T, args helperArgs) *child {
 	t.Helper()
+	return startHelper(t, "TestHelperProcess", helperEnv, args)
+}
+
+// startHelper re-executes the test binary to run test alone, with the JSON of args in
+// the environment variable env.
+func startHelper(t *testing.T, test, env string, args any) *child {
+	t.Helper()
 	enc, err := json.Marshal(args)
 	require.NoError(t, err)
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$", "-test.count=1")
-	cmd.Env = append(os.Environ(), helperEnv+"="+string(enc))
+	cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.count=1")
+	cmd.Env = append(os.Environ(), env+"="+string(enc))
 	c := &child{cmd: cmd, stderr: &bytes.Buffer{}, exited: make(chan struct{})}
 	cmd.Stderr = &lockedWriter{w: c.stderr}
 	stdout, err := cmd.StdoutPipe()
