@@ -1,11 +1,13 @@
 // Command inbox operates the tables of github.com/watermill-inbox/inbox: it purges old
-// keys, prints the schema, shows key counts, and forgets one key so that its message is
-// processed again.
+// keys, prints the schema, shows key counts, forgets one key so that its message is
+// processed again, and shows and resets the offsets of offset mode.
 //
 //	inbox purge  --dsn DSN --older-than 720h [--table inbox] [--batch 10000] [--min-retention 168h] [--force] [--json|--quiet]
 //	inbox schema postgres|mysql [--table inbox]
 //	inbox stats  --dsn DSN [--table inbox] [--json]
 //	inbox forget --dsn DSN --consumer C --key K [--table inbox]
+//	inbox offsets show  --dsn DSN [--consumer C] [--table inbox] [--json]
+//	inbox offsets reset --dsn DSN --consumer C --topic T --partition P --to OFFSET [--table inbox]
 //
 // DSN is a PostgreSQL URL (postgres://user@host:5432/db), a MySQL DSN
 // (mysql://user@tcp(host:3306)/db, or the go-sql-driver form user@tcp(host:3306)/db), or
@@ -45,6 +47,8 @@ Usage:
   inbox schema postgres|mysql [--table inbox]
   inbox stats  --dsn DSN [--table inbox] [--json]
   inbox forget --dsn DSN --consumer C --key K [--table inbox]
+  inbox offsets show  --dsn DSN [--consumer C] [--table inbox] [--json]
+  inbox offsets reset --dsn DSN --consumer C --topic T --partition P --to OFFSET [--table inbox]
 
 Run "inbox COMMAND --help" for a command's flags.
 
@@ -76,10 +80,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	commands := map[string]func(context.Context, []string, io.Writer, io.Writer) error{
-		"purge":  purgeCmd,
-		"schema": schemaCmd,
-		"stats":  statsCmd,
-		"forget": forgetCmd,
+		"purge":   purgeCmd,
+		"schema":  schemaCmd,
+		"stats":   statsCmd,
+		"forget":  forgetCmd,
+		"offsets": offsetsCmd,
 	}
 	name := args[0]
 	switch name {
@@ -89,7 +94,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	cmd, ok := commands[name]
 	if !ok {
-		fmt.Fprintf(stderr, "inbox: unknown command %q: use purge, schema, stats or forget (inbox --help)\n", name)
+		fmt.Fprintf(stderr, "inbox: unknown command %q: use purge, schema, stats, forget or offsets (inbox --help)\n", name)
 		return exitUsage
 	}
 	err := cmd(ctx, args[1:], stdout, stderr)
