@@ -100,7 +100,10 @@ func (p *postgres) ledger(ctx context.Context) (ledgerState, error) {
 	if err != nil {
 		return s, err
 	}
-	s.keys, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	if s.keys, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		return s, err
+	}
+	err = p.pool.QueryRow(ctx, `SELECT coalesce(sum(next_offset), 0) FROM `+pgx.Identifier{p.run + "_offsets"}.Sanitize()+` WHERE consumer = $1`, consumer).Scan(&s.offsets)
 	return s, err
 }
 
