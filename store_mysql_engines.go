@@ -57,6 +57,7 @@ func (e MySQLEngine) String() string {
 const (
 	tidbWriteConflict = 9007 // ErrWriteConflict: an optimistic transaction lost at commit
 	tidbRetryable     = 8022 // ErrTxnRetryable
+	tidbUnknownError  = 1105 // ER_UNKNOWN_ERROR: among others, a pessimistic statement that ran out of retries
 )
 
 // mysqlUTCDefault is the column default TiDB refuses.

@@ -21,6 +21,14 @@ import (
 // packet (sql.Result.LastInsertId): 0 for a new row, 1 for a row moved forward, 2 for
 // a row left as it was, which a locking read then reports. The values go into the text
 // as numbers and hexadecimal literals: one round trip, no statement to prepare.
+//
+// TiDB does not give LAST_INSERT_ID() back within a statement: see moveOffsetsTiDB.
+//
+// Unlike PostgreSQL's, the claim does not try a plain UPDATE first: at REPEATABLE READ
+// (MySQLConfig.SessionIsolation) an UPDATE that finds no row takes a gap lock, which
+// makes the first record of another partition, inserted into that gap, wait for this
+// transaction (the conformance case OffsetMiddlewareRefusesWhatWouldLoseMessages hung
+// on it). An insert takes no gap lock.
 
 var _ OffsetStore = (*MySQLStore)(nil)
 
@@ -104,6 +112,9 @@ func (s *MySQLStore) ClaimOffsetsIn(ctx context.Context, tx any, consumer string
 func (s *MySQLStore) claimOffsets(ctx context.Context, tx *sql.Tx, consumer string, spans []OffsetSpan, joined bool) (OffsetClaim, error) {
 	claim := OffsetClaim{Partitions: make([]PartitionState, len(spans))}
 	err := s.withLockTimeout(ctx, tx, func(bound string) error {
+		if s.cfg.Engine == MySQLTiDB {
+			return s.moveOffsetsTiDB(ctx, tx, bound, consumer, spans, claim.Partitions)
+		}
 		for i, span := range spans {
 			res, err := tx.ExecContext(ctx, bound+s.claimOffsetSQL(consumer, span))
 			if err != nil {
@@ -232,4 +243,47 @@ func (s *MySQLStore) wrapOffsets(doing string, err error) error {
 			doing, ErrNoTable, s.cfg.Table+"_offsets", err)
 	}
 	return s.wrap(doing, err)
+}
+
+// moveOffsetsTiDB moves the offsets on TiDB, which does not give LAST_INSERT_ID() back
+// within the statement that set it: an UPDATE moves a row that is there and wholly
+// behind the span (TiDB takes no gap locks, so one that finds no row holds nothing up),
+// and for the others a plain INSERT adds a missing row (moved), or fails with 1062,
+// which TiDB undoes alone, for a row that is there; the locking read that follows
+// locks it.
+func (s *MySQLStore) moveOffsetsTiDB(ctx context.Context, tx *sql.Tx, bound, consumer string, spans []OffsetSpan, states []PartitionState) error {
+	for i, span := range spans {
+		topicID := "NULL"
+		if span.TopicID != nil {
+			topicID = hexLiteral(span.TopicID)
+		}
+		fe, next := mysqlInt(span.FirstEpoch), mysqlInt(span.Last+1)
+		update := "UPDATE " + s.offsetsTable() + " SET `updated_at` = UTC_TIMESTAMP(6), `max_timestamp` = GREATEST(`max_timestamp`, " + mysqlInt(span.MaxTimestamp) + "), " +
+			"`topic_id` = COALESCE(" + topicID + ", `topic_id`), `output` = NULL, `leader_epoch` = " + mysqlInt(span.LastEpoch) + ", `next_offset` = " + next +
+			whereOffset(consumer, span.Topic, span.Partition) + " AND `next_offset` <= " + mysqlInt(span.First) +
+			" AND (" + fe + " < 0 OR `leader_epoch` < 0 OR `leader_epoch` <= " + fe + ")" +
+			" AND (" + topicID + " IS NULL OR `topic_id` IS NULL OR `topic_id` = " + topicID + ")"
+		res, err := tx.ExecContext(ctx, bound+update)
+		var n int64
+		if err == nil {
+			n, err = res.RowsAffected() // next_offset changes whenever it matches: whatever clientFoundRows
+		}
+		if err != nil {
+			return s.wrapOffsets("moving the offsets", err)
+		}
+		if states[i].Moved = n == 1; n == 1 {
+			continue
+		}
+		_, err = tx.ExecContext(ctx, bound+"INSERT INTO "+s.offsetsTable()+" (`consumer`, `topic`, `partition`, `next_offset`, `leader_epoch`, `max_timestamp`, `topic_id`, `updated_at`) VALUES ("+
+			hexLiteral([]byte(consumer))+", "+hexLiteral([]byte(span.Topic))+", "+mysqlInt(span.Partition)+", "+next+", "+
+			mysqlInt(span.LastEpoch)+", "+mysqlInt(span.MaxTimestamp)+", "+topicID+", UTC_TIMESTAMP(6))")
+		var myErr *mysql.MySQLError
+		switch {
+		case err == nil:
+			states[i].Moved = true
+		case !errors.As(err, &myErr) || myErr.Number != mysqlDuplicateEntry:
+			return s.wrapOffsets("moving the offsets", err)
+		}
+	}
+	return nil
 }

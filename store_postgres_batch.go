@@ -245,26 +245,3 @@ func sqlStored(ctx context.Context, tx *sql.Tx, query string, args ...any) (map[
 	}
 	return stored, rows.Err()
 }
-
-// claimBatch claims a batch on a connection of the folded claim's, which the claimed
-// transaction keeps until it ends.
-func (f *foldedClaim) claimBatch(ctx context.Context, recs []Record) (BatchClaim, error) {
-	conn, release, err := f.acquire(ctx)
-	if err != nil {
-		return BatchClaim{}, f.s.wrap("acquiring a connection", err)
-	}
-	tx, err := conn.BeginTx(ctx, f.s.cfg.TxOptions)
-	if err != nil {
-		release()
-		return BatchClaim{}, f.s.wrap("beginning the transaction", err)
-	}
-	claim, err := f.s.claimBatch(ctx, tx, recs, false)
-	if err != nil || claim.Tx == nil {
-		err = join(err, rollbackPgx(ctx, tx))
-		release()
-		claim.Tx = nil
-		return claim, err
-	}
-	claim.Tx.(*pgxInboxTx).release = release
-	return claim, nil
-}

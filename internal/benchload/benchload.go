@@ -56,6 +56,7 @@ type Target struct {
 	InboxTable, accounts, log, naive string
 	consumer                         string
 	variants                         []string
+	parts                            partitions // offset mode's partitions (WithOffsets)
 }
 
 func (t *Target) mysql() bool { return t.Flavour == "mariadb" || t.Flavour == "mysql" }
