@@ -25,7 +25,7 @@ import (
 func redisFlavour() storeFlavour {
 	return storeFlavour{
 		name: "redis",
-		caps: caps{noJoin: true, noPurge: true, noSchema: true, noSession: true, handlerCannotCommit: true, noBatch: true, noOffsets: true},
+		caps: caps{noJoin: true, noPurge: true, noSchema: true, noSession: true, handlerCannotCommit: true, noOffsets: true},
 		open: func(t *testing.T, opts storeOpts) fixture {
 			client := redisClient(t)
 			prefix := redisPrefix(t, client)
@@ -44,7 +44,7 @@ func redisFlavour() storeFlavour {
 func redisClusterFlavour() storeFlavour {
 	return storeFlavour{
 		name: "redis-cluster",
-		caps: caps{noJoin: true, noPurge: true, noSchema: true, noSession: true, handlerCannotCommit: true, noBatch: true, noOffsets: true},
+		caps: caps{noJoin: true, noPurge: true, noSchema: true, noSession: true, handlerCannotCommit: true, noOffsets: true},
 		open: func(t *testing.T, opts storeOpts) fixture {
 			addrs := os.Getenv("INBOX_REDIS_CLUSTER")
 			if addrs == "" {

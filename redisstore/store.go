@@ -264,7 +264,7 @@ func (s *Store) PurgeBatch(context.Context, time.Time, int) (inbox.Purged, error
 // returned, so the consumer starts.
 func (s *Store) Verify(ctx context.Context) error {
 	err := s.forEachPrimary(ctx, func(ctx context.Context, c redis.Cmdable) error {
-		for _, script := range []*redis.Script{commitScript, releaseScript, attemptScript} {
+		for _, script := range []*redis.Script{commitScript, releaseScript, attemptScript, claimBatchScript, commitBatchScript, releaseBatchScript} {
 			if err := script.Load(ctx, c).Err(); err != nil {
 				return err
 			}

@@ -32,9 +32,10 @@ type Tx struct {
 	keys     claimKeys
 	token    string
 	fence    int64
-	degraded bool // Redis was unreachable at claim: no lease, no deduplication
-	ended    bool // the handler called Exec or Discard
-	finished bool // committed or rolled back
+	degraded bool         // Redis was unreachable at claim: no lease, no deduplication
+	batch    *batchClaims // the new keys of a batch (ClaimBatch); nil for one key
+	ended    bool         // the handler called Exec or Discard
+	finished bool         // committed or rolled back
 }
 
 // collector is the client the Tx pipelines come from: its pipeline hook keeps the
@@ -124,6 +125,9 @@ func (t *Tx) Commit(ctx context.Context, output []byte) error {
 		t.finished = true
 		return t.store.commitWithoutLease(ctx, t, cmds, output)
 	}
+	if t.batch != nil {
+		return t.commitBatch(ctx, cmds)
+	}
 	argv, keys, err := t.store.encode(ctx, t.keys, cmds)
 	if err != nil {
 		return err
@@ -160,6 +164,9 @@ func (t *Tx) Rollback(ctx context.Context) error {
 		return nil
 	}
 	t.finished = true
+	if t.batch != nil {
+		return t.releaseBatch(ctx)
+	}
 	ctx = context.WithoutCancel(ctx)
 	err := releaseScript.Run(ctx, t.store.client, []string{t.keys.name(kindClaim), t.keys.name(kindLease), t.keys.name(kindRelease)},
 		t.token, ms(t.store.cfg.Lease)).Err()
