@@ -17,7 +17,8 @@ import (
 // statement for the keys, one for the handler's updates) against the same 100 messages
 // one by one, each in an inbox transaction of its own (ratio batch/singles: how many
 // times faster), and against the same batch in a plain transaction without the inbox
-// (ratio inbox/plain). b.N is the batches of each side.
+// (ratio inbox/plain); then the batch in offset mode (100 records of one partition: one
+// row moved per batch) against the plain batch. b.N is the batches of each side.
 func BenchmarkBatch(b *testing.B) {
 	for _, flavour := range benchFlavours {
 		for _, workers := range []int{1, 8} {
@@ -31,14 +32,17 @@ func BenchmarkBatch(b *testing.B) {
 				require.NoError(b, err)
 				vsPlain, err := benchload.Paired(ctx, workers, b.N, 0, plain, batch)
 				require.NoError(b, err)
+				offsetsVsPlain, err := benchload.Paired(ctx, workers, b.N, 0, plain, tgt.WithOffsetBatch(100))
+				require.NoError(b, err)
 				b.StopTimer()
+				b.ReportMetric(offsetsVsPlain.Ratio(), "offsetbatch/plain")
 				b.ReportMetric(100*vsSingles.A.Rate(), "singles-msgs/s")
 				b.ReportMetric(100*vsSingles.B.Rate(), "batch-msgs/s")
 				b.ReportMetric(vsSingles.Ratio(), "batch/singles")
 				b.ReportMetric(vsPlain.Ratio(), "batch/plain")
 				applied, err := tgt.Applied(ctx)
 				require.NoError(b, err)
-				require.EqualValues(b, 100*(vsSingles.A.Ops+vsSingles.B.Ops+vsPlain.A.Ops+vsPlain.B.Ops), applied, "every message applied once")
+				require.EqualValues(b, 100*(vsSingles.A.Ops+vsSingles.B.Ops+vsPlain.A.Ops+vsPlain.B.Ops+offsetsVsPlain.A.Ops+offsetsVsPlain.B.Ops), applied, "every message applied once")
 			})
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -83,19 +84,30 @@ func join(err, other error) error {
 	return err
 }
 
-// batchWork adds 1 to the account of each key, in one statement.
+// batchWork adds 1 to the account of each key: on PostgreSQL it locks the accounts in
+// id order, then updates them in one statement (two in one round trip through pgx); on
+// MySQL one multi-row upsert in id order. Locking in one order keeps two batches over
+// the same accounts from deadlocking, as a batch handler must.
 func (t *Target) batchWork(ctx context.Context, tx any, keys []string) error {
 	ids := make([]int32, len(keys))
 	for i, k := range keys {
 		ids[i] = int32(account(k))
 	}
+	slices.Sort(ids)
+	lock := `SELECT id FROM ` + t.quote(t.accounts) + ` WHERE id = ANY($1::int[]) ORDER BY id FOR UPDATE`
+	update := `UPDATE ` + t.quote(t.accounts) + ` a SET n = a.n + c.cnt FROM (SELECT id, count(*) AS cnt FROM unnest($1::int[]) AS id GROUP BY id) c WHERE a.id = c.id`
 	switch tx := tx.(type) {
 	case pgx.Tx:
-		_, err := tx.Exec(ctx, `UPDATE `+t.quote(t.accounts)+` a SET n = a.n + c.cnt FROM (SELECT id, count(*) AS cnt FROM unnest($1::int[]) AS id GROUP BY id) c WHERE a.id = c.id`, ids)
-		return err
+		batch := &pgx.Batch{}
+		batch.Queue(lock, ids)
+		batch.Queue(update, ids)
+		return tx.SendBatch(ctx, batch).Close()
 	case *sql.Tx:
 		if !t.mysql() {
-			_, err := tx.ExecContext(ctx, `UPDATE `+t.quote(t.accounts)+` a SET n = a.n + c.cnt FROM (SELECT id, count(*) AS cnt FROM unnest($1::int[]) AS id GROUP BY id) c WHERE a.id = c.id`, ids)
+			if _, err := tx.ExecContext(ctx, lock, ids); err != nil {
+				return err
+			}
+			_, err := tx.ExecContext(ctx, update, ids)
 			return err
 		}
 		var b strings.Builder
@@ -121,6 +133,14 @@ type partitions struct {
 	free chan *benchPartition
 }
 
+// fill makes the 64 partitions.
+func (p *partitions) fill() {
+	p.free = make(chan *benchPartition, 64)
+	for i := range int32(64) {
+		p.free <- &benchPartition{id: i}
+	}
+}
+
 type benchPartition struct {
 	id   int32
 	next int64
@@ -130,12 +150,7 @@ type benchPartition struct {
 // (Inbox.ProcessOffsets with one position): the next offset of a partition no other op
 // holds meanwhile.
 func (t *Target) WithOffsets(ctx context.Context, key string) error {
-	t.parts.once.Do(func() {
-		t.parts.free = make(chan *benchPartition, 64)
-		for i := range int32(64) {
-			t.parts.free <- &benchPartition{id: i}
-		}
-	})
+	t.parts.once.Do(t.parts.fill)
 	var p *benchPartition
 	select {
 	case p = <-t.parts.free:
@@ -152,4 +167,34 @@ func (t *Target) WithOffsets(ctx context.Context, key string) error {
 	}
 	p.next++
 	return err
+}
+
+// WithOffsetBatch returns the op of a batch of size records of one partition through
+// the inbox in offset mode (Inbox.ProcessOffsets: one UPDATE of the partition's row for
+// the batch), with the same handler as BatchOps' batch.
+func (t *Target) WithOffsetBatch(size int) Op {
+	return func(ctx context.Context, key string) error {
+		t.parts.once.Do(t.parts.fill)
+		var p *benchPartition
+		select {
+		case p = <-t.parts.free:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		defer func() { t.parts.free <- p }()
+		keys := make([]string, size)
+		positions := make([]inbox.Position, size)
+		for i := range keys {
+			keys[i] = key + "/" + strconv.Itoa(i)
+			positions[i] = inbox.Position{Topic: "bench", Partition: p.id, Offset: p.next + int64(i), LeaderEpoch: inbox.NoLeaderEpoch}
+		}
+		res, err := t.Inbox.ProcessOffsets(ctx, t.consumer, positions, func(ctx context.Context, fresh []int) error {
+			return t.batchWork(ctx, txOf(ctx), pick(keys, fresh))
+		})
+		if err == nil && res.Processed != size {
+			err = fmt.Errorf("a batch of %d new records processed %d", size, res.Processed)
+		}
+		p.next += int64(size)
+		return err
+	}
 }
