@@ -129,10 +129,10 @@ type Config struct {
 	// Position, when set, puts the middleware in offset mode: messages are judged by
 	// their position in their partition (kafkakey.Partition for watermill-kafka)
 	// instead of a key, against one row per consumer, topic and partition that moves
-	// forward in the handler's transaction (see the README's "Kafka: batches and
-	// offsets"). Only for subscribers that deliver each partition in order, one message
-	// at a time. The store must be an OffsetStore, and New checks its offsets table. It
-	// cannot be combined with Key or Fingerprint. Defaults to nil: key mode.
+	// forward in the handler's transaction (see docs/kafka.md). Only for subscribers
+	// that deliver each partition in order, one message at a time. The store must be an
+	// OffsetStore, and New checks its offsets table. It cannot be combined with Key or
+	// Fingerprint. Defaults to nil: key mode.
 	Position PositionFunc
 
 	// TimestampSlack, in offset mode, bounds how much later than every record processed

@@ -172,39 +172,57 @@ func TestKafkaOffsetsRebalanceBetweenProcesses(t *testing.T) {
 	t.Logf("%d records; A processed %d, B processed %d and skipped %d duplicates", want, a.count("processed"), b.count("processed"), b.count("duplicate"))
 }
 
-// watermill-kafka without a consumer group reads every partition from the oldest
-// offset each time: in offset mode the second read finds every record below the stored
-// offsets and skips it.
-func TestKafkaOffsetsWithoutConsumerGroup(t *testing.T) {
+// watermill-kafka reads a partition in order, one message at a time, whatever its
+// configuration: without a consumer group (every read from the oldest offset), and in a
+// group with Sarama's auto-commit off (it commits after each ack). A second read from
+// the oldest offset (without a group, or in a new group) finds every record below the
+// stored offsets and skips it.
+func TestKafkaOffsetsSubscriberConfigurations(t *testing.T) {
 	t.Parallel()
 	brokers := brokertest.KafkaBrokers(t)
-	s := newSetup(t)
-	topic := brokertest.Name("offnogroup")
-	brokertest.CreateTopic(t, brokers, topic, 2)
-	pub := kafkaPublisher(t, brokers)
-	const n = 8
-	for range n {
-		require.NoError(t, pub.Publish(topic, message.NewMessage(watermill.NewUUID(), []byte("credit"))))
-	}
-	var outcomes brokertest.Outcomes
-	ib := s.offsetInbox(t, "ledger", &outcomes)
-	read := func(want inbox.Outcome) {
-		stop := runRouter(t, func(r *message.Router) {
-			r.AddMiddleware(ib.Middleware)
-			r.AddConsumerHandler("ledger", topic, kafkaSubscriber(t, brokers, "", nil), func(m *message.Message) error {
-				return s.ledger.Apply(m.Context(), "kafka", m.UUID)
-			})
+	for _, tc := range []struct {
+		name  string
+		group func() string
+		sc    func() *sarama.Config
+	}{
+		{"without a consumer group", func() string { return "" }, brokertest.SaramaSubscriberConfig},
+		{"auto-commit off", func() string { return brokertest.Name("group") }, func() *sarama.Config {
+			sc := brokertest.SaramaSubscriberConfig()
+			sc.Consumer.Offsets.AutoCommit.Enable = false
+			return sc
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := newSetup(t)
+			topic := brokertest.Name("offconfig")
+			brokertest.CreateTopic(t, brokers, topic, 2)
+			pub := kafkaPublisher(t, brokers)
+			const n = 8
+			for range n {
+				require.NoError(t, pub.Publish(topic, message.NewMessage(watermill.NewUUID(), []byte("credit"))))
+			}
+			var outcomes brokertest.Outcomes
+			ib := s.offsetInbox(t, "ledger", &outcomes)
+			read := func(want inbox.Outcome) {
+				stop := runRouter(t, func(r *message.Router) {
+					r.AddMiddleware(ib.Middleware)
+					r.AddConsumerHandler("ledger", topic, kafkaSubscriber(t, brokers, tc.group(), tc.sc()), func(m *message.Message) error {
+						return s.ledger.Apply(m.Context(), "kafka", m.UUID)
+					})
+				})
+				require.Eventually(t, func() bool { return outcomes.Count(want) >= n }, wait, 10*time.Millisecond)
+				stop()
+			}
+			read(inbox.OutcomeProcessed)
+			read(inbox.OutcomeDuplicate)
+			require.Equal(t, n, outcomes.Count(inbox.OutcomeProcessed))
+			rows, distinct := s.ledger.Counts(t)
+			require.Equal(t, n, rows)
+			require.Equal(t, n, distinct)
+			require.Equal(t, int64(n), storedNext(t, ib, "ledger"))
 		})
-		require.Eventually(t, func() bool { return outcomes.Count(want) >= n }, wait, 10*time.Millisecond)
-		stop()
 	}
-	read(inbox.OutcomeProcessed)
-	read(inbox.OutcomeDuplicate)
-	require.Equal(t, n, outcomes.Count(inbox.OutcomeProcessed))
-	rows, distinct := s.ledger.Counts(t)
-	require.Equal(t, n, rows)
-	require.Equal(t, n, distinct)
-	require.Equal(t, int64(n), storedNext(t, ib, "ledger"))
 }
 
 // middleware.InstantAck in front of the inbox acks each message before its handler
