@@ -432,6 +432,8 @@ func exerciseStore(t *testing.T, f storeFlavour) {
 	exerciseCombinations(t, f)
 	exerciseAttempts(t, f)
 	exerciseFaultAxis(t, f)
+	exerciseBatches(t, f)
+	exerciseOffsets(t, f)
 
 	t.Run("MissingTableFailsNew", func(t *testing.T) {
 		if f.caps.noSchema {

@@ -53,4 +53,11 @@
 // stores the caller's result with the key and returns it to every retry, for requests
 // that must get the same answer; the inboxhttp package builds a net/http idempotency
 // middleware on it.
+//
+// For Kafka at full speed: ProcessBatch (and ProcessBatchOf) claims the keys of many
+// messages in one statement and runs the handler once with the new ones, where the store
+// is a BatchStore; the inboxkgo package runs a franz-go consumer loop on it. Offset mode
+// (Config.Position, ProcessOffsets) keeps one row per consumer, topic and partition
+// instead of a key per message, for subscribers that deliver each partition in order,
+// where the store is an OffsetStore. docs/kafka.md says when to use which.
 package inbox

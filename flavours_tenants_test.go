@@ -33,7 +33,7 @@ func tenantFlavour(name string) storeFlavour {
 }
 
 func tenantFlavours() []storeFlavour {
-	return []storeFlavour{
+	flavours := []storeFlavour{
 		{name: "tenants-pgx-databases", tenant: caseTenant, open: pgDatabasesFixture, missing: pgDatabasesMissing},
 		{name: "tenants-pgx-schemas", tenant: caseTenant, open: pgSchemasFixture(false, directPg), missing: pgSchemasMissing},
 		{name: "tenants-sqlpostgres-schemas", tenant: caseTenant, open: pgSchemasFixture(true, directPg), missing: pgSchemasMissing},
@@ -43,8 +43,14 @@ func tenantFlavours() []storeFlavour {
 		{name: "tenants-pgbouncer-schemas", tenant: caseTenant, open: pgSchemasFixture(false, bouncedPg), missing: pgSchemasMissing},
 		{name: "tenants-mariadb-databases", tenant: caseTenant, open: mariaDatabasesFixture, missing: mariaDatabasesMissing},
 		{name: "tenants-redis-prefixes", tenant: caseTenant, open: redisPrefixesFixture,
-			caps: caps{noJoin: true, noPurge: true, noSchema: true, noSession: true, handlerCannotCommit: true}},
+			caps: caps{noJoin: true, noPurge: true, noSchema: true, noSession: true, handlerCannotCommit: true, noAttemptCount: true}},
 	}
+	for i := range flavours {
+		// TenantStore routes the core Store and AttemptCounter; it tells nothing of
+		// consumer names across tenants, and does not route batches or offsets.
+		flavours[i].caps.noNeighbours, flavours[i].caps.noBatch, flavours[i].caps.noOffsets = true, true, true
+	}
+	return flavours
 }
 
 // pgDatabasesFixture: a PostgreSQL database per tenant, each store on a pool of its own

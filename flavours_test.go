@@ -88,6 +88,8 @@ type caps struct {
 	// the inbox joins holds, or will take, the only write lock, so attempts cannot be
 	// counted beside it (ErrAttemptsNeedConn).
 	oneWriter bool
+	noBatch   bool // ProcessBatch is refused with errors.ErrUnsupported
+	noOffsets bool // offset mode is refused: ProcessOffsets with errors.ErrUnsupported, Config.Position by New
 }
 
 type storeOpts struct {

@@ -53,6 +53,8 @@ var vschemaMu sync.Mutex
 // cross shards.
 func vitessFlavour() storeFlavour {
 	f := mysqlFlavour("vitess", vitessDSNOf, inbox.MySQLConfig{Engine: inbox.MySQLVitess})
+	f.caps.noBatch = true   // a batch's keys span shards: refused (MySQLStore.ClaimBatch)
+	f.caps.noOffsets = true // no offset mode on Vitess (MySQLStore.ClaimOffsets)
 	open := f.open
 	f.open = func(t *testing.T, opts storeOpts) fixture {
 		// ALTER VSCHEMA rewrites the keyspace's whole VSchema: one at a time, so that

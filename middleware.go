@@ -151,6 +151,29 @@ type Config struct {
 	// Logger logs duplicates (debug), replays (debug) and mismatches (error) with the
 	// consumer, key and message UUID, never the payload. Defaults to watermill.NopLogger.
 	Logger watermill.LoggerAdapter
+
+	// Position, when set, puts the middleware in offset mode: messages are judged by
+	// their position in their partition (kafkakey.Partition for watermill-kafka)
+	// instead of a key, against one row per consumer, topic and partition that moves
+	// forward in the handler's transaction (see docs/kafka.md). Only for subscribers
+	// that deliver each partition in order, one message at a time. The store must be an
+	// OffsetStore, and New checks its offsets table. It cannot be combined with Key or
+	// Fingerprint. Defaults to nil: key mode.
+	Position PositionFunc
+
+	// TimestampSlack, in offset mode, bounds how much later than every record processed
+	// so far a record below the stored offset may have been written and still be taken
+	// for a redelivery: one written later is from a re-created topic or a reset log, and
+	// is refused with ErrOffsetRewound. It allows for producers' clocks. Negative turns
+	// the check off. Defaults to DefaultTimestampSlack, 10s.
+	TimestampSlack time.Duration
+
+	// MaxOffsetRewind, in offset mode, bounds how far below the stored offset a record
+	// may be and still be taken for a redelivery; one further below is refused with
+	// ErrOffsetRewound. Set it above the most records a partition can be read again
+	// after a crash (Kafka's commit interval times the partition's peak rate), when the
+	// consumer resumes from Kafka's committed offsets. Defaults to 0: no bound.
+	MaxOffsetRewind int64
 }
 
 // DefaultMaxOutputBytes is Config.MaxOutputBytes's default.
@@ -164,10 +187,10 @@ const AttemptConnWait = 5 * time.Second
 const maxConsumerLen = 255
 
 func (c *Config) setDefaults() {
-	if c.Key == nil {
+	if c.Key == nil && c.Position == nil {
 		c.Key = KeyFromUUID
 	}
-	if c.Fingerprint == nil {
+	if c.Fingerprint == nil && c.Position == nil {
 		c.Fingerprint = PayloadFingerprint
 	}
 	if c.Observer == nil {
@@ -181,6 +204,9 @@ func (c *Config) setDefaults() {
 	}
 	if _, routes := c.Store.(*TenantStore); routes && c.Tenant == nil {
 		c.Tenant = TenantFromMetadata(DefaultTenantMetadata)
+	}
+	if c.TimestampSlack == 0 {
+		c.TimestampSlack = DefaultTimestampSlack
 	}
 }
 
@@ -208,6 +234,7 @@ func (c *Config) validate() error {
 	if c.MaxOutputBytes < 0 {
 		errs = append(errs, fmt.Errorf("MaxOutputBytes is %d: use a positive number of bytes, or 0 for the default %d", c.MaxOutputBytes, DefaultMaxOutputBytes))
 	}
+	errs = append(errs, c.validateOffsets()...)
 	return join(errs...)
 }
 
@@ -231,6 +258,8 @@ func ValidateConsumer(consumer string) error {
 type Inbox struct {
 	cfg       Config
 	consumers sync.Map // consumer names checkConsumer has seen
+	// inFlight holds, in offset mode, the partitions a message is in the middleware of.
+	inFlight partitionsInFlight
 }
 
 // verifyTimeout bounds New's check that the store's tables exist.
@@ -252,6 +281,9 @@ func New(cfg Config) (*Inbox, error) {
 		if err := c.checkAttempts(); err != nil {
 			return nil, fmt.Errorf("inbox: invalid config: MaxAttempts is %d: %w", cfg.MaxAttempts, err)
 		}
+	}
+	if err := cfg.verifyOffsets(ctx); err != nil {
+		return nil, err
 	}
 	return &Inbox{cfg: cfg}, nil
 }
@@ -275,6 +307,14 @@ type attemptChecker interface {
 // that returns nil after it is committed, since the inbox commits exactly when the handler
 // returns nil.
 func (ib *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
+	if ib.cfg.Position != nil {
+		return ib.positionMiddleware(ib.middleware(h))
+	}
+	return ib.middleware(h)
+}
+
+// middleware is Middleware's work for each message, in either mode.
+func (ib *Inbox) middleware(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		delete(msg.Metadata, MetadataDuplicate)
 		delete(msg.Metadata, MetadataMismatch)
@@ -372,6 +412,9 @@ func (ib *Inbox) record(msg *message.Message) (Record, Outcome, error) {
 		if err := ValidateConsumer(rec.Consumer); err != nil {
 			return rec, OutcomeNoKey, fmt.Errorf("%w (set inbox.Config.Consumer when the middleware runs outside a Router)", err)
 		}
+	}
+	if ib.cfg.Position != nil {
+		return ib.positionRecord(msg, rec)
 	}
 	key, err := ib.cfg.Key(msg)
 	if err == nil && key == "" {

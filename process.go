@@ -28,11 +28,7 @@ func (ib *Inbox) process(ctx context.Context, rec Record, msg *message.Message, 
 	start := time.Now()
 	var claim Claim
 	var err error
-	if joined != nil {
-		claim, err = ib.cfg.Store.ClaimIn(ctx, joined, rec)
-	} else {
-		claim, err = ib.cfg.Store.Claim(ctx, rec)
-	}
+	claim, err = ib.claim(ctx, joined, rec)
 	wait := time.Since(start)
 	switch {
 	case tenantError(err): // refused before anything was written: no attempt to end

@@ -79,6 +79,10 @@ type Record struct {
 	// Attempt is a random token per delivery when attempts are counted
 	// (Config.MaxAttempts > 0), and "" otherwise. Claim starts the attempt.
 	Attempt string
+
+	// pos is, in offset mode, the message's position, which the inbox claims in its
+	// partition's row instead of the key (Key is then pos.String()).
+	pos *Position
 }
 
 // Claim is the verdict of Store.Claim.

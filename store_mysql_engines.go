@@ -57,6 +57,7 @@ func (e MySQLEngine) String() string {
 const (
 	tidbWriteConflict = 9007 // ErrWriteConflict: an optimistic transaction lost at commit
 	tidbRetryable     = 8022 // ErrTxnRetryable
+	tidbUnknownError  = 1105 // ER_UNKNOWN_ERROR: among others, a pessimistic statement that ran out of retries
 )
 
 // engineOf tells the engine from the server's VERSION(): TiDB's says "TiDB" (e.g.
@@ -149,13 +150,26 @@ func (q *mysqlQueries) forEngine(e MySQLEngine, table, attempts string) {
 	}
 }
 
-// mysqlSchemaFor returns the DDL of the store's tables for engine e.
+// mysqlSchemaFor returns the DDL of the store's tables for engine e: on Vitess, which
+// has no offset mode, without the offsets table (a table outside the VSchema of a
+// sharded keyspace could not be queried anyway).
 func mysqlSchemaFor(e MySQLEngine, table string) (string, error) {
 	ddl, err := MySQLSchema(table)
-	if err != nil || e != MySQLTiDB {
-		return ddl, err
+	switch {
+	case err != nil:
+		return "", err
+	case e == MySQLTiDB:
+		return tidbSchema(ddl), nil
+	case e == MySQLVitess:
+		var kept []string
+		for _, stmt := range sqlStatements(ddl) {
+			if !strings.Contains(stmt, "`"+table+"_offsets`") {
+				kept = append(kept, stmt)
+			}
+		}
+		return strings.Join(kept, ";\n") + ";\n", nil
 	}
-	return tidbSchema(ddl), nil
+	return ddl, nil
 }
 
 // tidbSchema is schema/mysql.sql without the server-side UTC defaults.

@@ -28,7 +28,7 @@ func TestTiDBSchemaFileMatchesTheStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, want := sqlStatements(string(file)), sqlStatements(ddl)
-	if len(got) != 2 || len(got) != len(want) {
+	if len(got) != 3 || len(got) != len(want) {
 		t.Fatalf("schema/tidb.sql has %d statements, the store %d", len(got), len(want))
 	}
 	for i := range got {
@@ -83,5 +83,22 @@ func TestEngineOf(t *testing.T) {
 		if got != tt.want || ok != tt.ok {
 			t.Errorf("engineOf(%q) = %v, %v; want %v, %v", tt.version, got, ok, tt.want, tt.ok)
 		}
+	}
+}
+
+// On Vitess, which has no offset mode, CreateSchema leaves the offsets table out: the
+// statements are schema/mysql.sql's others.
+func TestVitessSchemaLeavesOutTheOffsetsTable(t *testing.T) {
+	ddl, err := mysqlSchemaFor(MySQLVitess, "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, err := MySQLSchema("orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, want := sqlStatements(ddl), sqlStatements(all)
+	if len(got) != 2 || len(want) != 3 || got[0] != want[0] || got[1] != want[1] || !strings.Contains(want[2], "`orders_offsets`") {
+		t.Fatalf("Vitess DDL %q, from %q", got, want)
 	}
 }

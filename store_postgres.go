@@ -82,6 +82,9 @@ type PostgresStore struct {
 	db  PgxDB
 	cfg PostgresConfig
 	sql postgresQueries
+	// batchSQL claims batches (BatchStore), offsetSQL offsets (OffsetStore).
+	batchSQL  postgresBatchQueries
+	offsetSQL postgresOffsetQueries
 	// folded claims in one round trip; nil when db or the config does not allow it.
 	folded *foldedClaim
 	// pin returns a connection of db and the func that gives it back, for the claims
@@ -125,7 +128,8 @@ func NewPostgresStore(db PgxDB, cfg PostgresConfig) (*PostgresStore, error) {
 		return nil, fmt.Errorf("inbox: invalid store config: LockTimeout is %v: use 0 for no bound, or a positive duration", cfg.LockTimeout)
 	}
 	s := &PostgresStore{db: db, cfg: cfg, sql: newPostgresQueries(cfg.Schema, cfg.Table, cfg.SearchPath), pin: pinPgx(db),
-		countInTx: cfg.TxOptions.IsoLevel == pgx.ReadCommitted}
+		countInTx: cfg.TxOptions.IsoLevel == pgx.ReadCommitted,
+		batchSQL:  newPostgresBatchQueries(cfg.Schema, cfg.Table), offsetSQL: newPostgresOffsetQueries(cfg.Schema, cfg.Table)}
 	if s.pin != nil && cfg.TxOptions.IsoLevel == pgx.ReadCommitted && cfg.TxOptions.BeginQuery == "" {
 		s.folded = newFoldedClaim(s)
 	}

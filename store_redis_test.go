@@ -26,7 +26,7 @@ import (
 func redisFlavour() storeFlavour {
 	return storeFlavour{
 		name: "redis",
-		caps: caps{noJoin: true, noPurge: true, noSchema: true, noSession: true, handlerCannotCommit: true, noNeighbours: true, noAttemptCount: true},
+		caps: caps{noJoin: true, noPurge: true, noSchema: true, noSession: true, handlerCannotCommit: true, noNeighbours: true, noAttemptCount: true, noOffsets: true},
 		open: func(t *testing.T, opts storeOpts) fixture {
 			nf := newNetFaults(opts, netfault.RESP)
 			client := redisClientDial(t, nf.dial())
@@ -47,7 +47,7 @@ func redisFlavour() storeFlavour {
 func redisClusterFlavour() storeFlavour {
 	return storeFlavour{
 		name: "redis-cluster",
-		caps: caps{noJoin: true, noPurge: true, noSchema: true, noSession: true, handlerCannotCommit: true, noNeighbours: true, noAttemptCount: true},
+		caps: caps{noJoin: true, noPurge: true, noSchema: true, noSession: true, handlerCannotCommit: true, noNeighbours: true, noAttemptCount: true, noOffsets: true},
 		open: func(t *testing.T, opts storeOpts) fixture {
 			addrs := os.Getenv("INBOX_REDIS_CLUSTER")
 			if addrs == "" {

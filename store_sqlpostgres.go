@@ -54,6 +54,9 @@ type SQLPostgresStore struct {
 	db  SQLDB
 	cfg SQLPostgresConfig
 	sql postgresQueries
+	// batchSQL claims batches (BatchStore), offsetSQL offsets (OffsetStore).
+	batchSQL  postgresBatchQueries
+	offsetSQL postgresOffsetQueries
 }
 
 var _ Store = (*SQLPostgresStore)(nil)
@@ -76,7 +79,8 @@ func NewSQLPostgresStore(db SQLDB, cfg SQLPostgresConfig) (*SQLPostgresStore, er
 	if cfg.LockTimeout < 0 {
 		return nil, fmt.Errorf("inbox: invalid store config: LockTimeout is %v: use 0 for no bound, or a positive duration", cfg.LockTimeout)
 	}
-	return &SQLPostgresStore{db: db, cfg: cfg, sql: newPostgresQueries(cfg.Schema, cfg.Table, cfg.SearchPath)}, nil
+	return &SQLPostgresStore{db: db, cfg: cfg, sql: newPostgresQueries(cfg.Schema, cfg.Table, cfg.SearchPath),
+		batchSQL: newPostgresBatchQueries(cfg.Schema, cfg.Table), offsetSQL: newPostgresOffsetQueries(cfg.Schema, cfg.Table)}, nil
 }
 
 // CreateSchema creates the store's tables and index if they do not exist, with the DDL of

@@ -34,6 +34,7 @@ import (
 	"github.com/watermill-inbox/inbox"
 	"github.com/watermill-inbox/inbox/amqpkey"
 	"github.com/watermill-inbox/inbox/internal/brokertest"
+	"github.com/watermill-inbox/inbox/kafkakey"
 )
 
 // wait bounds every wait for a broker to deliver.
@@ -262,6 +263,7 @@ type helperArgs struct {
 	NATS        natsConsumer // Broker "nats": the stream and durable consumer to bind to
 	RedisURL    string       // Broker "redis": Topic is the stream, Group the consumer group
 	RedisName   string       // Broker "redis": the consumer's name in the group; "child" if empty
+	Offsets     bool         // Broker "kafka": offset mode (kafkakey.Partition) instead of keys
 }
 
 const helperEnv = "INBOX_E2E_HELPER"
@@ -278,10 +280,17 @@ type child struct {
 // startChild re-executes the test binary as a consumer process.
 func startChild(t *testing.T, args helperArgs) *child {
 	t.Helper()
+	return startHelper(t, "TestHelperProcess", helperEnv, args)
+}
+
+// startHelper re-executes the test binary to run test alone, with the JSON of args in
+// the environment variable env.
+func startHelper(t *testing.T, test, env string, args any) *child {
+	t.Helper()
 	enc, err := json.Marshal(args)
 	require.NoError(t, err)
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$", "-test.count=1")
-	cmd.Env = append(os.Environ(), helperEnv+"="+string(enc))
+	cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.count=1")
+	cmd.Env = append(os.Environ(), env+"="+string(enc))
 	c := &child{cmd: cmd, stderr: &bytes.Buffer{}, exited: make(chan struct{})}
 	cmd.Stderr = &lockedWriter{w: c.stderr}
 	stdout, err := cmd.StdoutPipe()
@@ -403,7 +412,11 @@ func TestHelperProcess(t *testing.T) {
 	pool := brokertest.PgPool(t)
 	store := brokertest.Store(t, pool, args.InboxTable, false)
 	ledger := brokertest.Ledger{Pool: pool, Table: args.LedgerTable}
-	ib, err := inbox.New(inbox.Config{Store: store, Consumer: args.Consumer})
+	cfg := inbox.Config{Store: store, Consumer: args.Consumer}
+	if args.Offsets {
+		cfg.Position = kafkakey.Partition
+	}
+	ib, err := inbox.New(cfg)
 	require.NoError(t, err)
 
 	var sub message.Subscriber

@@ -85,7 +85,7 @@ func openBackend(t testing.TB, name, table, ledger string, create bool, tweak fu
 			_, err = pool.Exec(ctx, `CREATE TABLE `+lt+` (id serial PRIMARY KEY, amount int NOT NULL)`)
 			require.NoError(t, err)
 			t.Cleanup(func() {
-				_, _ = pool.Exec(context.Background(), `DROP TABLE IF EXISTS `+lt+`, `+pgx.Identifier{table}.Sanitize()+`, `+pgx.Identifier{table + "_attempts"}.Sanitize())
+				_, _ = pool.Exec(context.Background(), `DROP TABLE IF EXISTS `+lt+`, `+pgx.Identifier{table}.Sanitize()+`, `+pgx.Identifier{table + "_attempts"}.Sanitize()+`, `+pgx.Identifier{table + "_offsets"}.Sanitize())
 			})
 		}
 		b.store, b.pool = store, pool
@@ -122,7 +122,7 @@ func openBackend(t testing.TB, name, table, ledger string, create bool, tweak fu
 			_, err = db.Exec("CREATE TABLE " + lt + " (id BIGINT AUTO_INCREMENT PRIMARY KEY, amount INT NOT NULL) ENGINE=InnoDB")
 			require.NoError(t, err)
 			t.Cleanup(func() {
-				_, _ = db.Exec("DROP TABLE IF EXISTS " + lt + ", `" + table + "`, `" + table + "_attempts`")
+				_, _ = db.Exec("DROP TABLE IF EXISTS " + lt + ", `" + table + "`, `" + table + "_attempts`, `" + table + "_offsets`")
 			})
 		}
 		b.store = store

@@ -47,7 +47,7 @@ func newStore(t *testing.T) *inbox.PostgresStore {
 	require.NoError(t, err)
 	require.NoError(t, store.CreateSchema(ctx))
 	t.Cleanup(func() {
-		_, _ = pool.Exec(context.Background(), `DROP TABLE IF EXISTS `+pgx.Identifier{table}.Sanitize()+`, `+pgx.Identifier{table + "_attempts"}.Sanitize())
+		_, _ = pool.Exec(context.Background(), `DROP TABLE IF EXISTS `+pgx.Identifier{table}.Sanitize()+`, `+pgx.Identifier{table + "_attempts"}.Sanitize()+`, `+pgx.Identifier{table + "_offsets"}.Sanitize())
 	})
 	return store
 }

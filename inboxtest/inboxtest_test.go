@@ -61,7 +61,7 @@ func newWalletFor(t *testing.T, consumer string) *wallet {
 	_, err = pool.Exec(ctx, `CREATE TABLE `+w.table+` (cents bigint NOT NULL); INSERT INTO `+w.table+` VALUES (0)`)
 	require.NoError(t, err)
 	t.Cleanup(func() {
-		_, _ = pool.Exec(ctx, `DROP TABLE IF EXISTS `+w.table+`, inboxtest_`+suffix+`, inboxtest_`+suffix+`_attempts`)
+		_, _ = pool.Exec(ctx, `DROP TABLE IF EXISTS `+w.table+`, inboxtest_`+suffix+`, inboxtest_`+suffix+`_attempts, inboxtest_`+suffix+`_offsets`)
 	})
 	w.ib, err = inbox.New(inbox.Config{Store: store, Consumer: consumer})
 	require.NoError(t, err)

@@ -22,3 +22,15 @@ func ExamplePosition() {
 	// Output:
 	// true
 }
+
+// Partition puts the inbox in offset mode: one row per consumer, topic and partition
+// instead of a key per message. Without a Router and watermill-kafka's context a
+// message has no position, and is never processed.
+func ExamplePartition() {
+	_ = inbox.Config{Position: kafkakey.Partition} // with Store set, to inbox.New
+
+	_, err := kafkakey.Partition(message.NewMessage("", nil)) // not routed from Kafka
+	fmt.Println(errors.Is(err, inbox.ErrNoKey))
+	// Output:
+	// true
+}

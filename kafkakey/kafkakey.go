@@ -1,10 +1,11 @@
-// Package kafkakey holds inbox key functions for messages consumed from Kafka with
-// watermill-kafka (github.com/ThreeDotsLabs/watermill-kafka/v3). It lives apart from the
-// inbox package so that the core does not import a Kafka client.
+// Package kafkakey holds inbox key and position functions for messages consumed from
+// Kafka with watermill-kafka (github.com/ThreeDotsLabs/watermill-kafka/v3). It lives
+// apart from the inbox package so that the core does not import a Kafka client.
 package kafkakey
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -50,4 +51,40 @@ func Position(msg *message.Message) (string, error) {
 		return "", fmt.Errorf("%w: no Kafka offset in the message context (was it consumed by watermill-kafka?)", inbox.ErrNoKey)
 	}
 	return fmt.Sprintf("%s/%d/%d", topic, partition, offset), nil
+}
+
+// Partition is an inbox.PositionFunc for offset mode (inbox.Config.Position) with
+// watermill-kafka: the message's topic (message.SubscribeTopicFromCtx, set by a
+// Watermill Router), partition, offset and timestamp (watermill-kafka's context). Sarama
+// reports no leader epoch and no topic ID: the position has NoLeaderEpoch and no ID, so
+// a re-created topic is found by the record times (inbox.Config.TimestampSlack) and,
+// when set, inbox.Config.MaxOffsetRewind. A message without a topic, partition or
+// offset has no position: the error wraps inbox.ErrNoKey, and the message is never
+// processed.
+//
+// watermill-kafka v3 delivers each partition in order, one message at a time (it waits
+// for a message's ack or nack before the next of its partition, and resends a nacked
+// one first), with or without a consumer group and whatever the Sarama settings: the
+// delivery offset mode needs. Do not put middleware.InstantAck in front of the inbox
+// (the inbox refuses the second message of a partition it sees in flight, with
+// inbox.ErrNotInOrder).
+func Partition(msg *message.Message) (inbox.Position, error) {
+	ctx := msg.Context()
+	topic := message.SubscribeTopicFromCtx(ctx)
+	if topic == "" {
+		return inbox.Position{}, fmt.Errorf("%w: no Kafka topic in the message context (kafkakey.Partition needs a Watermill Router)", inbox.ErrNoKey)
+	}
+	partition, ok := kafka.MessagePartitionFromCtx(ctx)
+	if !ok {
+		return inbox.Position{}, fmt.Errorf("%w: no Kafka partition in the message context (was it consumed by watermill-kafka?)", inbox.ErrNoKey)
+	}
+	offset, ok := kafka.MessagePartitionOffsetFromCtx(ctx)
+	if !ok {
+		return inbox.Position{}, fmt.Errorf("%w: no Kafka offset in the message context (was it consumed by watermill-kafka?)", inbox.ErrNoKey)
+	}
+	pos := inbox.Position{Topic: topic, Partition: partition, Offset: offset, LeaderEpoch: inbox.NoLeaderEpoch}
+	if ts, ok := kafka.MessageTimestampFromCtx(ctx); ok && ts.After(time.Unix(0, 0)) {
+		pos.Timestamp = ts
+	}
+	return pos, nil
 }

@@ -18,7 +18,10 @@ import (
 	"github.com/watermill-inbox/inbox/kafkakey"
 )
 
-var _ inbox.KeyFunc = kafkakey.Position
+var (
+	_ inbox.KeyFunc      = kafkakey.Position
+	_ inbox.PositionFunc = kafkakey.Partition
+)
 
 func TestPositionWithoutKafkaContext(t *testing.T) {
 	t.Parallel()
@@ -92,6 +95,12 @@ func TestPosition(t *testing.T) {
 		require.NoError(t, err)
 		router.AddConsumerHandler("position", topic, sub, func(msg *message.Message) error {
 			key, err := kafkakey.Position(msg)
+			if err == nil { // offset mode's position is the same place, with the record's time
+				var pos inbox.Position
+				if pos, err = kafkakey.Partition(msg); err == nil && (pos.String() != key || pos.Timestamp.IsZero() || pos.LeaderEpoch != inbox.NoLeaderEpoch) {
+					err = fmt.Errorf("position %+v for key %s", pos, key)
+				}
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {

@@ -8,6 +8,9 @@
 //     (one file per version with -- +goose Up / Down), generated from the golang-migrate
 //     files.
 //
+// Version 3 (000003_offsets) adds the offsets table of offset mode (inbox_offsets);
+// only an inbox in offset mode needs it.
+//
 // schema/*.sql states the current schema; the migrations reach it step by step. A
 // schema change ships as a new migration (000002_...) in every layout, never as an
 // edit of a released one (go test -update in migratetest regenerates the goose files

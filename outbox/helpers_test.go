@@ -71,7 +71,7 @@ func newInbox(t testing.TB, pool *pgxpool.Pool, consumer string) (*inbox.Inbox, 
 	store, err := inbox.NewPostgresStore(pool, inbox.PostgresConfig{Table: table})
 	require.NoError(t, err)
 	require.NoError(t, store.CreateSchema(context.Background()))
-	dropLater(t, pool, table, table+"_attempts")
+	dropLater(t, pool, table, table+"_attempts", table+"_offsets")
 	ib, err := inbox.New(inbox.Config{Store: store, Consumer: consumer})
 	require.NoError(t, err)
 	return ib, table

@@ -102,6 +102,20 @@
 // check is always on with a *redis.ClusterClient, and Config.CheckSlots turns it on
 // with a single Redis.
 //
+// # Batches
+//
+// The store is an inbox.BatchStore (Inbox.ProcessBatch, inboxkgo): one script takes
+// the leases of every key of the batch that is not committed, or none of them when
+// another delivery holds one (the claim then waits on that key, as a single claim does,
+// and tries again), so two overlapping batches never each hold part of the other's
+// keys; one script commits them all with the handler's queued commands. On a Cluster
+// all the keys of a batch, and the handler's, must share one slot: set Config.HashTag
+// to return one tag for a batch's keys (the partition, the account it is for); a batch
+// spanning slots is refused with ErrCrossSlot before anything is claimed. Tx.Fence is
+// the fence of the batch's first new key. A Redis that cannot be reached fails a batch
+// even with DangerouslyProcessWithoutDedupWhenUnreachable. There is no offset mode
+// (inbox.OffsetStore) on Redis.
+//
 // # Persistence, replication and failover
 //
 // Deduplication is as durable as Redis: a key lost by a restart without persistence
@@ -154,5 +168,5 @@
 // there are no tables (Verify never returns inbox.ErrNoTable), and a handler cannot
 // commit its handle: Exec and Discard only end the transaction, so the inbox refuses
 // to commit (inbox.ErrTxDone) and the redelivery processes, where a SQL handler's
-// COMMIT takes the key with it.
+// COMMIT takes the key with it. It has no offset mode (noOffsets).
 package redisstore

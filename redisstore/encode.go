@@ -54,8 +54,13 @@ func (s *Store) encode(ctx context.Context, k claimKeys, cmds []redis.Cmder) ([]
 // runCommit runs the commit script: by SHA (loaded by Verify) with a fallback to EVAL,
 // or, with Config.Replicas, followed by WAIT on the same primary in the same round trip.
 func (s *Store) runCommit(ctx context.Context, keys []string, args []any) ([]any, error) {
+	return s.runScript(ctx, commitScript, keys, args)
+}
+
+// runScript runs a commit script (commitScript, commitBatchScript) as runCommit says.
+func (s *Store) runScript(ctx context.Context, script *redis.Script, keys []string, args []any) ([]any, error) {
 	if s.cfg.Replicas == 0 {
-		return commitScript.Run(ctx, s.client, keys, args...).Slice()
+		return script.Run(ctx, s.client, keys, args...).Slice()
 	}
 	var node redis.Cmdable = s.client
 	if cc, ok := s.client.(*redis.ClusterClient); ok {
@@ -65,9 +70,9 @@ func (s *Store) runCommit(ctx context.Context, keys []string, args []any) ([]any
 		}
 		node = primary
 	}
-	res, acked, err := s.evalAndWait(ctx, node, keys, args, true)
+	res, acked, err := s.evalAndWait(ctx, node, script, keys, args, true)
 	if redis.HasErrorPrefix(err, "NOSCRIPT") { // the script cache was flushed (a restart): nothing ran
-		res, acked, err = s.evalAndWait(ctx, node, keys, args, false)
+		res, acked, err = s.evalAndWait(ctx, node, script, keys, args, false)
 	}
 	switch {
 	case err != nil:
@@ -83,13 +88,13 @@ func (s *Store) runCommit(ctx context.Context, keys []string, args []any) ([]any
 
 // evalAndWait sends the commit script and WAIT in one pipeline. acked is -1 when the
 // script refused the commit.
-func (s *Store) evalAndWait(ctx context.Context, node redis.Cmdable, keys []string, args []any, bySHA bool) (res []any, acked int64, err error) {
+func (s *Store) evalAndWait(ctx context.Context, node redis.Cmdable, script *redis.Script, keys []string, args []any, bySHA bool) (res []any, acked int64, err error) {
 	pipe := node.Pipeline()
 	var eval *redis.Cmd
 	if bySHA {
-		eval = commitScript.EvalSha(ctx, pipe, keys, args...)
+		eval = script.EvalSha(ctx, pipe, keys, args...)
 	} else {
-		eval = commitScript.Eval(ctx, pipe, keys, args...)
+		eval = script.Eval(ctx, pipe, keys, args...)
 	}
 	wait := redis.NewIntCmd(ctx, "wait", s.cfg.Replicas, s.cfg.ReplicaTimeout.Milliseconds())
 	_ = pipe.Process(ctx, wait)

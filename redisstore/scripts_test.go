@@ -70,3 +70,58 @@ func TestScriptsAreIdempotentUnderRetries(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []any{int64(0)}, res, "another token is refused")
 }
+
+// The batch scripts give the answer of their first run when go-redis resends them.
+func TestBatchScriptsAreIdempotentUnderRetries(t *testing.T) {
+	addr := os.Getenv("INBOX_REDIS_ADDR")
+	if addr == "" {
+		addr = "127.0.0.1:6379"
+	}
+	client := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { _ = client.Close() })
+	ctx := context.Background()
+	if err := client.Ping(ctx).Err(); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal(err)
+		}
+		t.Skip("Redis is not reachable (set INBOX_REDIS_ADDR):", err)
+	}
+	prefix := fmt.Sprintf("test:%08x:", rand.Uint32())
+	t.Cleanup(func() {
+		iter := client.Scan(ctx, 0, prefix+"*", 100).Iterator()
+		for iter.Next(ctx) {
+			client.Del(ctx, iter.Val())
+		}
+	})
+	s, err := New(client, Config{Prefix: prefix})
+	require.NoError(t, err)
+	recs := []inbox.Record{{Consumer: "billing", Key: "order-1"}, {Consumer: "billing", Key: "order-2", Fingerprint: []byte("fp")}}
+	var keys []string
+	for _, r := range recs {
+		k := s.keys(r.Consumer, r.Key)
+		keys = append(keys, k.name(kindClaim), k.name(kindLease), k.name(kindRelease))
+	}
+	claim := func(owner string) []any {
+		res, err := claimBatchScript.Run(ctx, client, keys, owner, ms(s.cfg.Lease), ms(s.cfg.Retention), "0").Slice()
+		require.NoError(t, err)
+		return res
+	}
+	first := claim("owner-a")
+	require.Equal(t, int64(1), first[0], "taken")
+	again := claim("owner-a")
+	require.Equal(t, []any{int64(1), int64(0), nil, int64(0), nil}, []any{again[0], again[2], again[3], again[4], again[5]}, "a resent claim finds its own leases")
+	require.Equal(t, []any{int64(0), int64(1)}, claim("owner-b")[:2], "another owner finds the first key held, and takes nothing")
+
+	bc, err := s.batchClaim(recs, []claimKeys{s.keys("billing", "order-1"), s.keys("billing", "order-2")}, "owner-a", first)
+	require.NoError(t, err)
+	tx := bc.Tx.(*Tx)
+	tx.Incr(ctx, prefix+"counter")
+	cmds, _ := tx.Pipeliner.Exec(ctx)
+	for range 2 {
+		tx.finished = false
+		require.NoError(t, tx.commitBatch(ctx, cmds), "a retried commit reports the commit that ran")
+	}
+	require.Equal(t, "1", client.Get(ctx, prefix+"counter").Val(), "the retry applied nothing more")
+	res := claim("owner-c")
+	require.Equal(t, []any{int64(1), int64(1), nil, int64(1), "fp"}, []any{res[0], res[2], res[3], res[4], res[5]}, "both committed, with the fingerprint")
+}

@@ -33,7 +33,7 @@ var (
 	startScript   = redis.NewScript(startLua)
 	forgetScript  = redis.NewScript(forgetLua)
 	endScript     = redis.NewScript(endLua)
-	scripts       = []*redis.Script{commitScript, releaseScript, startScript, forgetScript, endScript}
+	scripts       = []*redis.Script{commitScript, releaseScript, startScript, forgetScript, endScript, claimBatchScript, commitBatchScript, releaseBatchScript}
 )
 
 // anyGeneration, as the generation a commit passes, skips the check for a Forget since

@@ -32,10 +32,11 @@ type Tx struct {
 	keys     claimKeys
 	token    string
 	fence    int64
-	gen      string // the claim's generation (the last Forget's token), checked at commit
-	degraded bool   // Redis was unreachable at claim: no lease, no deduplication
-	ended    bool   // the handler called Exec or Discard
-	finished bool   // committed or rolled back
+	gen      string       // the claim's generation (the last Forget's token), checked at commit
+	degraded bool         // Redis was unreachable at claim: no lease, no deduplication
+	batch    *batchClaims // the new keys of a batch (ClaimBatch); nil for one key
+	ended    bool         // the handler called Exec or Discard
+	finished bool         // committed or rolled back
 }
 
 // collector is the client the Tx pipelines come from: its pipeline hook keeps the
@@ -122,6 +123,9 @@ func (t *Tx) Commit(ctx context.Context, output []byte) error {
 		return fmt.Errorf("redisstore: not committed: %w", err)
 	}
 	cmds, _ := t.Pipeliner.Exec(ctx) // the collector keeps them: nothing is sent
+	if t.batch != nil {
+		return t.commitBatch(ctx, cmds)
+	}
 	argv, keys, err := t.store.encode(ctx, t.keys, cmds)
 	if err != nil {
 		return err
@@ -175,6 +179,9 @@ func (t *Tx) release(ctx context.Context, attempt string) error {
 		return nil
 	}
 	t.finished = true
+	if t.batch != nil {
+		return t.releaseBatch(ctx)
+	}
 	ctx = context.WithoutCancel(ctx)
 	err := releaseScript.Run(ctx, t.store.client,
 		[]string{t.keys.name(kindLease), t.keys.name(kindWaiters), t.keys.name(kindRelease), t.keys.name(kindAttempts)},

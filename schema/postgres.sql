@@ -26,3 +26,19 @@ CREATE TABLE IF NOT EXISTS "inbox_attempts" (
     started_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (consumer, key, attempt)
 );
+
+-- Offset mode (Config.Position, Inbox.ProcessOffsets): for a consumer of a log that
+-- delivers each partition in order (Kafka), one row per consumer, topic and partition,
+-- moved forward in the handler's transaction. A record below next_offset is a duplicate.
+CREATE TABLE IF NOT EXISTS "inbox_offsets" (
+    consumer      text COLLATE "C" NOT NULL,
+    topic         text COLLATE "C" NOT NULL,
+    partition     integer NOT NULL,
+    next_offset   bigint NOT NULL,              -- the offset after the last processed record
+    leader_epoch  integer NOT NULL DEFAULT -1,  -- that record's leader epoch; -1: unknown
+    max_timestamp bigint NOT NULL DEFAULT -1,   -- the latest processed record time, Unix ms; -1: unknown
+    topic_id      bytea,                        -- the topic's ID, when the client reports it
+    output        bytea,                        -- what the last record's handler produced, replayed on its duplicate
+    updated_at    timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (consumer, topic, partition)
+);

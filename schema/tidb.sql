@@ -1,7 +1,7 @@
 -- The inbox tables for TiDB 8+: schema/mysql.sql without the server-side defaults of
--- processed_at and started_at, which TiDB refuses (error 1064 near "UTC_TIMESTAMP(6))").
--- A MySQLStore with Engine: inbox.MySQLTiDB writes both columns itself, in UTC; its
--- CreateSchema runs this DDL. Run it as it is for the default table name "inbox".
+-- processed_at, started_at and updated_at, which TiDB refuses (error 1064 near
+-- "UTC_TIMESTAMP(6))"). A MySQLStore with Engine: inbox.MySQLTiDB writes them itself,
+-- in UTC; its CreateSchema runs this DDL. Run it as it is for the default table name "inbox".
 --
 -- Keys and consumers are VARBINARY: they compare byte for byte whatever the server's
 -- collation ('a' and 'a ' or 'A' are three keys).
@@ -28,4 +28,20 @@ CREATE TABLE IF NOT EXISTS `inbox_attempts` (
     `attempt`    VARBINARY(64) NOT NULL,
     `started_at` DATETIME(6) NOT NULL,
     PRIMARY KEY (`consumer`, `key`, `attempt`)
+) ENGINE=InnoDB;
+
+-- Offset mode (Config.Position, Inbox.ProcessOffsets): for a consumer of a log that
+-- delivers each partition in order (Kafka), one row per consumer, topic and partition,
+-- moved forward in the handler's transaction. A record below next_offset is a duplicate.
+CREATE TABLE IF NOT EXISTS `inbox_offsets` (
+    `consumer`      VARBINARY(255) NOT NULL,
+    `topic`         VARBINARY(255) NOT NULL,
+    `partition`     INT NOT NULL,
+    `next_offset`   BIGINT NOT NULL,             -- the offset after the last processed record
+    `leader_epoch`  INT NOT NULL DEFAULT -1,     -- that record's leader epoch; -1: unknown
+    `max_timestamp` BIGINT NOT NULL DEFAULT -1,  -- the latest processed record time, Unix ms; -1: unknown
+    `topic_id`      VARBINARY(16) NULL,          -- the topic's ID, when the client reports it
+    `output`        LONGBLOB NULL,               -- what the last record's handler produced, replayed on its duplicate
+    `updated_at`    DATETIME(6) NOT NULL,
+    PRIMARY KEY (`consumer`, `topic`, `partition`)
 ) ENGINE=InnoDB;

@@ -328,7 +328,7 @@ func env(name, def string) string {
 
 func resetTables(ctx context.Context, pool *pgxpool.Pool) error {
 	_, err := pool.Exec(ctx, `
-		DROP TABLE IF EXISTS example_outbox_inbox, example_outbox_inbox_attempts, example_outbox_wallets,
+		DROP TABLE IF EXISTS example_outbox_inbox, example_outbox_inbox_attempts, example_outbox_inbox_offsets, example_outbox_wallets,
 			example_outbox_receipts, watermill_example_outbox, watermill_offsets_example_outbox;
 		CREATE TABLE example_outbox_wallets (id text PRIMARY KEY, cents bigint NOT NULL);
 		INSERT INTO example_outbox_wallets VALUES ('alice', 0);

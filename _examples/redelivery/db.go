@@ -69,7 +69,7 @@ func openDatabase(ctx context.Context, which string) (*database, error) {
 
 // reset creates the inbox tables and the example's, empty.
 func (d *database) reset(ctx context.Context) error {
-	for _, table := range []string{"example_inbox", "example_inbox_attempts", "example_wallets", "example_receipts"} {
+	for _, table := range []string{"example_inbox", "example_inbox_attempts", "example_inbox_offsets", "example_wallets", "example_receipts"} {
 		if _, err := d.db.ExecContext(ctx, `DROP TABLE IF EXISTS `+table); err != nil {
 			return err
 		}

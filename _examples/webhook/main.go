@@ -60,7 +60,7 @@ func run(ctx context.Context) error {
 		return err
 	}
 	defer pool.Close()
-	if _, err := pool.Exec(ctx, `DROP TABLE IF EXISTS example_webhook_inbox, example_webhook_inbox_attempts, example_webhook_applied;
+	if _, err := pool.Exec(ctx, `DROP TABLE IF EXISTS example_webhook_inbox, example_webhook_inbox_attempts, example_webhook_inbox_offsets, example_webhook_applied;
 		CREATE TABLE example_webhook_applied (webhook_id text NOT NULL, amount bigint NOT NULL)`); err != nil {
 		return err
 	}

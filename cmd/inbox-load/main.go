@@ -37,7 +37,8 @@ func main() {
 	mode := flag.String("mode", "paired", "paired: every worker alternates plain and inbox op by op; rounds: A/B/A/B rounds of -duration")
 	out := flag.String("out", "", "CSV of every round (default stdout)")
 	summary := flag.String("summary", "", "CSV of the medians per setting")
-	compare := flag.String("compare", "plain:inbox", "baseline:candidate among plain, plainrc (plain asking for READ COMMITTED explicitly), inbox, unfolded (the store without its shortcut: pgx, mariadb, mysql), brin and noindex (pgx: the inbox table's processed_at index as BRIN, or none), sessioniso (mariadb, mysql: MySQLConfig.SessionIsolation), handwritten (sqlite: the inbox's statements written by hand over one connection, the floor), handwrittenpool (the same over the pool of 20)")
+	compare := flag.String("compare", "plain:inbox", "baseline:candidate among plain, plainrc (plain asking for READ COMMITTED explicitly), inbox, unfolded (the store without its shortcut: pgx, mariadb, mysql), brin and noindex (pgx: the inbox table's processed_at index as BRIN, or none), sessioniso (mariadb, mysql: MySQLConfig.SessionIsolation), handwritten (sqlite: the inbox's statements written by hand over one connection, the floor), handwrittenpool (the same over the pool of 20), offsets (offset mode, one message at a time), and per op of -batch messages singles (one inbox transaction each), batch (Inbox.ProcessBatch), offsetbatch (Inbox.ProcessOffsets, records of one partition) and plainbatch (the batch in a plain transaction)")
+	batchSize := flag.Int("batch", 100, "messages per op of singles, batch and plainbatch")
 	flag.Parse()
 
 	var w io.Writer = os.Stdout
@@ -69,7 +70,9 @@ func main() {
 				closeFn()
 				log.Fatalf("%s: %v", flavour, err)
 			}
-			ops := map[string]benchload.Op{"plain": tgt.Baseline, "plainrc": tgt.BaselineRC, "inbox": tgt.WithInbox, "unfolded": tgt.WithUnfolded, "handwritten": tgt.HandWritten, "handwrittenpool": tgt.HandWrittenPool}
+			ops := map[string]benchload.Op{"plain": tgt.Baseline, "plainrc": tgt.BaselineRC, "inbox": tgt.WithInbox, "unfolded": tgt.WithUnfolded, "handwritten": tgt.HandWritten, "handwrittenpool": tgt.HandWrittenPool, "offsets": tgt.WithOffsets}
+			ops["singles"], ops["batch"], ops["plainbatch"] = tgt.BatchOps(*batchSize)
+			ops["offsetbatch"] = tgt.WithOffsetBatch(*batchSize)
 			baseName, candName, _ := strings.Cut(*compare, ":")
 			for _, v := range []string{baseName, candName} {
 				if v == "brin" || v == "noindex" || v == "sessioniso" {
@@ -80,7 +83,7 @@ func main() {
 			}
 			base, cand := ops[baseName], ops[candName]
 			if base == nil || cand == nil {
-				log.Fatalf("-compare %q: use baseline:candidate among plain, plainrc, inbox, unfolded, brin, noindex, sessioniso, handwritten, handwrittenpool", *compare)
+				log.Fatalf("-compare %q: use baseline:candidate among plain, plainrc, inbox, unfolded, brin, noindex, sessioniso, handwritten, handwrittenpool, offsets, singles, batch, offsetbatch, plainbatch", *compare)
 			}
 			for _, ws := range strings.Split(*workers, ",") {
 				n, err := strconv.Atoi(ws)

@@ -39,6 +39,7 @@ type ledgerState struct {
 	entries  []entry       // one per ledger row
 	balances map[int]int64 // account → balance
 	keys     []string      // inbox keys of the consumer
+	offsets  int64         // the sum of the consumer's stored next offsets (offset mode)
 }
 
 type entry struct {

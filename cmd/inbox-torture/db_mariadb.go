@@ -19,6 +19,7 @@ type mariaDB struct {
 	db                    *sql.DB
 	run, dsn              string
 	inboxT, ledgerT, accT string
+	offsetsT              string // the offsets table; empty where there is none (Vitess)
 	st                    *inbox.MySQLStore
 	engine                inbox.MySQLEngine
 }
@@ -33,7 +34,7 @@ func openMariaDB(ctx context.Context, o options, worker bool) (*mariaDB, error) 
 		m.engine = inbox.MySQLTiDB
 	}
 	q := func(name string) string { return "`" + o.run + "`.`" + name + "`" }
-	m.inboxT, m.ledgerT, m.accT = q(o.run), q("ledger"), q("accounts")
+	m.inboxT, m.ledgerT, m.accT, m.offsetsT = q(o.run), q("ledger"), q("accounts"), q(o.run+"_offsets")
 	if worker {
 		cfg.DBName = o.run
 	}
@@ -165,7 +166,14 @@ func (m *mariaDB) ledger(ctx context.Context) (ledgerState, error) {
 		}
 		s.keys = append(s.keys, k)
 	}
-	return s, rows.Err()
+	if err := rows.Err(); err != nil {
+		return s, err
+	}
+	if m.offsetsT == "" {
+		return s, nil
+	}
+	err = m.db.QueryRowContext(ctx, `SELECT COALESCE(SUM(next_offset), 0) FROM `+m.offsetsT+` WHERE consumer = ?`, consumer).Scan(&s.offsets)
+	return s, err
 }
 
 func (m *mariaDB) drop(ctx context.Context) error {

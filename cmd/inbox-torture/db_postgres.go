@@ -100,12 +100,15 @@ func (p *postgres) ledger(ctx context.Context) (ledgerState, error) {
 	if err != nil {
 		return s, err
 	}
-	s.keys, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	if s.keys, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		return s, err
+	}
+	err = p.pool.QueryRow(ctx, `SELECT coalesce(sum(next_offset), 0) FROM `+pgx.Identifier{p.run + "_offsets"}.Sanitize()+` WHERE consumer = $1`, consumer).Scan(&s.offsets)
 	return s, err
 }
 
 func (p *postgres) drop(ctx context.Context) error {
-	_, err := p.pool.Exec(ctx, `DROP TABLE IF EXISTS `+p.inboxT+`, `+pgx.Identifier{p.run + "_attempts"}.Sanitize()+`, `+p.ledgerT+`, `+p.accT)
+	_, err := p.pool.Exec(ctx, `DROP TABLE IF EXISTS `+p.inboxT+`, `+pgx.Identifier{p.run + "_attempts"}.Sanitize()+`, `+pgx.Identifier{p.run + "_offsets"}.Sanitize()+`, `+p.ledgerT+`, `+p.accT)
 	return err
 }
 

@@ -25,6 +25,12 @@
 // inbox.TenantStore (the tenant in the message metadata, or in Process's context); each
 // tenant's ledger is then checked on its own.
 //
+// With -mode offsets (Kafka only) the workers run the inbox in offset mode
+// (kafkakey.Partition): one row per partition instead of a key per message. Each message
+// is then published once (-copies 1): offset mode deduplicates the redeliveries of a
+// record, which the kills make, not a producer's copies. The check then wants the stored
+// offsets past every record, and no key.
+//
 // Meanwhile it injects faults: it SIGKILLs a random worker every -kill-every and restarts
 // it; workers SIGKILL themselves with probability -crash-rate right after a commit, before
 // the ack; it terminates a worker's database connection every -terminate-every
@@ -58,6 +64,7 @@ type options struct {
 	dsn            string
 	dsnChosen      bool // the harness chose -dsn (a new SQLite file) and removes it
 	transport      string
+	mode           string
 	workers        int
 	messages       int
 	accounts       int
@@ -87,6 +94,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.db, "db", "postgres", "database: postgres, mariadb, mysql (MySQL 8+, the same store as MariaDB), tidb, vitess (a vtgate DSN naming a sharded keyspace, with transaction_mode=%27TWOPC%27), redis (redisstore) or sqlite (sqlitestore, one file all processes open)")
 	fs.StringVar(&o.dsn, "dsn", "", "database DSN, Redis address or SQLite file (default INBOX_POSTGRES_DSN, INBOX_MARIADB_DSN, INBOX_MYSQL_DSN, INBOX_TIDB_DSN, INBOX_VITESS_DSN or INBOX_REDIS_ADDR, or the local test database; for sqlite a new file in the temporary directory, removed after the run)")
 	fs.StringVar(&o.transport, "transport", "direct", "how messages reach the workers: direct, kafka, rabbitmq, nats or redis")
+	fs.StringVar(&o.mode, "mode", "keys", "keys (a key per message) or offsets (offset mode: -transport kafka, -copies 1)")
 	fs.IntVar(&o.workers, "workers", 8, "consumer processes")
 	fs.IntVar(&o.messages, "messages", 60, "messages; message i credits i+1 to account i%accounts")
 	fs.IntVar(&o.accounts, "accounts", 10, "ledger accounts")
@@ -116,7 +124,11 @@ func parseFlags(args []string) (options, error) {
 		return o, fmt.Errorf("-transport %q: use direct, kafka, rabbitmq, nats or redis", o.transport)
 	case o.workers < 1, o.messages < 1, o.accounts < 1, o.concurrency < 1:
 		return o, fmt.Errorf("-workers, -messages, -accounts and -concurrency must be at least 1")
-	case o.copies < 2:
+	case o.mode != "keys" && o.mode != "offsets":
+		return o, fmt.Errorf("-mode %q: use keys or offsets", o.mode)
+	case o.mode == "offsets" && (o.transport != "kafka" || o.copies != 1 || !slices.Contains([]string{"postgres", "mariadb", "mysql", "tidb"}, o.db)):
+		return o, fmt.Errorf("-mode offsets needs -transport kafka, -copies 1 (each record once: the kills make the redeliveries) and -db postgres, mariadb, mysql or tidb")
+	case o.copies < 2 && o.mode == "keys":
 		return o, fmt.Errorf("-copies is %d: every message is delivered at least twice", o.copies)
 	case o.transport == "direct" && o.copies > o.workers:
 		return o, fmt.Errorf("-copies %d > -workers %d: the direct transport hands the copies of a message to distinct workers", o.copies, o.workers)

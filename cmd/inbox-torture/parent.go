@@ -144,7 +144,7 @@ func (o options) logf(format string, args ...any) {
 // workerArgs are the flags a worker process gets.
 func (p *parent) workerArgs(slot int) []string {
 	o := p.o
-	return []string{"-worker", "-slot", strconv.Itoa(slot), "-db", o.db, "-dsn", o.dsn, "-transport", o.transport, "-run", o.run,
+	return []string{"-worker", "-slot", strconv.Itoa(slot), "-db", o.db, "-dsn", o.dsn, "-transport", o.transport, "-mode", o.mode, "-run", o.run,
 		"-workers", strconv.Itoa(o.workers), "-messages", strconv.Itoa(o.messages), "-copies", strconv.Itoa(o.copies),
 		"-accounts", strconv.Itoa(o.accounts), "-concurrency", strconv.Itoa(o.concurrency),
 		"-fail-rate", strconv.FormatFloat(o.failRate, 'g', -1, 64), "-crash-rate", strconv.FormatFloat(o.crashRate, 'g', -1, 64),
@@ -445,13 +445,17 @@ func (p *parent) print(wall time.Duration, s ledgerState, problems []string) {
 		fmt.Printf("  tenants                 %d databases, each ledger checked on its own\n", o.tenants)
 	}
 	fmt.Printf("  wall time               %v (%.0f messages/s, %.0f deliveries/s)\n", wall.Round(time.Millisecond),
-		float64(len(s.keys))/wall.Seconds(), float64(deliveries-p.remaining)/wall.Seconds())
+		float64(len(s.entries))/wall.Seconds(), float64(deliveries-p.remaining)/wall.Seconds())
 	fmt.Printf("  processed (reported)    %d, plus %d committed then crashed before the ack\n", p.c.processed, p.c.crashes)
 	fmt.Printf("  duplicates skipped      %d (%d of their claims took 5 ms or more: the concurrent-duplicate wait, or a busy machine)\n", p.c.duplicates, p.c.waited)
 	fmt.Printf("  failures retried        %d injected, %d database errors, %d contended (ErrContended)\n", p.c.failedInjected, p.c.failedDB, p.c.contended)
 	fmt.Printf("  kills                   %d by the parent, %d after a commit before the ack; %d restarts\n", p.c.kills, p.c.crashes, p.c.restarts)
 	fmt.Printf("  connections terminated  %d\n", p.c.terminations.Load())
-	fmt.Printf("  ledger                  %d entries, %d inbox keys, for %d messages\n", len(s.entries), len(s.keys), o.messages)
+	if o.mode == "offsets" {
+		fmt.Printf("  ledger                  %d entries, offsets past %d records, for %d messages\n", len(s.entries), s.offsets, o.messages)
+	} else {
+		fmt.Printf("  ledger                  %d entries, %d inbox keys, for %d messages\n", len(s.entries), len(s.keys), o.messages)
+	}
 	if len(problems) == 0 {
 		fmt.Printf("OK: every message applied exactly once\n")
 		return

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -134,8 +135,17 @@ func TestSeedScenario(t *testing.T) {
 		// SQLite: 8 processes on one file; it has no connections to terminate.
 		{"sqlite", "direct", []string{"-copies", "8", "-handler-delay", "100ms", "-terminate-every", "0"}},
 		{"sqlite", "rabbitmq", []string{"-handler-delay", "100ms", "-terminate-every", "0"}},
+		// Offset mode: each record published once; the kills make the redeliveries.
+		{"postgres", "kafka", []string{"-mode", "offsets", "-copies", "1", "-messages", "120", "-handler-delay", "50ms"}},
+		{"mariadb", "kafka", []string{"-mode", "offsets", "-copies", "1", "-messages", "120", "-handler-delay", "50ms"}},
 	} {
-		t.Run(tc.db+"/"+tc.transport, func(t *testing.T) {
+		name := tc.db + "/" + tc.transport
+		ledger := "ledger                  60 entries, 60 inbox keys, for 60 messages"
+		if slices.Contains(tc.args, "offsets") {
+			name += "/offsets"
+			ledger = "ledger                  120 entries, offsets past 120 records, for 120 messages"
+		}
+		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			need(t, tc.db, tc.transport)
 			args := append([]string{"-db", tc.db, "-transport", tc.transport, "-quiet"}, faults...)
@@ -149,7 +159,7 @@ func TestSeedScenario(t *testing.T) {
 			require.NoError(t, err, "the harness found a discrepancy or could not run")
 			report := out.String()
 			require.Contains(t, report, "OK: every message applied exactly once")
-			require.Contains(t, report, "ledger                  60 entries, 60 inbox keys, for 60 messages")
+			require.Contains(t, report, ledger)
 			// The faults happened: duplicates raced, handlers failed, workers died,
 			// connections were terminated.
 			require.Positive(t, figure(t, report, `duplicates skipped\s+(\d+)`), "duplicates")

@@ -17,6 +17,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/watermill-inbox/inbox"
+	"github.com/watermill-inbox/inbox/kafkakey"
 )
 
 // A worker reports to the parent on stdout, one line per event:
@@ -71,7 +72,11 @@ func runWorker(ctx context.Context, o options) error {
 		return err
 	}
 	defer db.close()
-	ib, err := inbox.New(inbox.Config{Store: db.store(), Consumer: consumer, OnDuplicate: inbox.Skip, Observer: waitObserver{}})
+	cfg := inbox.Config{Store: db.store(), Consumer: consumer, OnDuplicate: inbox.Skip, Observer: waitObserver{}}
+	if o.mode == "offsets" {
+		cfg.Position = kafkakey.Partition
+	}
+	ib, err := inbox.New(cfg)
 	if err != nil {
 		return err
 	}

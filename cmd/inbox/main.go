@@ -1,11 +1,13 @@
 // Command inbox operates the tables of github.com/watermill-inbox/inbox: it purges old
-// keys, prints the schema, shows key counts, and forgets one key so that its message is
-// processed again.
+// keys, prints the schema, shows key counts, forgets one key so that its message is
+// processed again, and shows and resets the offsets of offset mode.
 //
 //	inbox purge  --dsn DSN --older-than 720h [--table inbox] [--schema S] [--batch 10000] [--min-retention 168h] [--force] [--json|--quiet]
 //	inbox schema postgres|mysql|sqlite [--table inbox]
 //	inbox stats  --dsn DSN [--table inbox] [--schema S] [--json]
 //	inbox forget --dsn DSN --consumer C --key K [--table inbox] [--schema S]
+//	inbox offsets show  --dsn DSN [--consumer C] [--table inbox] [--json]
+//	inbox offsets reset --dsn DSN --consumer C --topic T --partition P --to OFFSET [--table inbox]
 //
 // With a database, a schema or a key prefix per tenant, --tenants FILE replaces --dsn:
 // purge and stats run on every tenant of the list (a result per tenant; one that fails
@@ -53,6 +55,8 @@ Usage:
   inbox schema postgres|mysql|sqlite [--table inbox]
   inbox stats  --dsn DSN [--table inbox] [--schema S] [--json]
   inbox forget --dsn DSN --consumer C --key K [--table inbox] [--schema S]
+  inbox offsets show  --dsn DSN [--consumer C] [--table inbox] [--json]
+  inbox offsets reset --dsn DSN --consumer C --topic T --partition P --to OFFSET [--table inbox]
 
 With a database, schema or key prefix per tenant, --tenants FILE replaces --dsn (and
 forget takes --tenant NAME): one "TENANT DSN [SCHEMA]" per line of FILE ("-": stdin).
@@ -89,10 +93,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	commands := map[string]func(context.Context, []string, io.Writer, io.Writer) error{
-		"purge":  purgeCmd,
-		"schema": schemaCmd,
-		"stats":  statsCmd,
-		"forget": forgetCmd,
+		"purge":   purgeCmd,
+		"schema":  schemaCmd,
+		"stats":   statsCmd,
+		"forget":  forgetCmd,
+		"offsets": offsetsCmd,
 	}
 	name := args[0]
 	switch name {
@@ -102,7 +107,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	cmd, ok := commands[name]
 	if !ok {
-		fmt.Fprintf(stderr, "inbox: unknown command %q: use purge, schema, stats or forget (inbox --help)\n", name)
+		fmt.Fprintf(stderr, "inbox: unknown command %q: use purge, schema, stats, forget or offsets (inbox --help)\n", name)
 		return exitUsage
 	}
 	err := cmd(ctx, args[1:], stdout, stderr)

@@ -56,6 +56,7 @@ type Target struct {
 	InboxTable, accounts, log, naive string
 	consumer                         string
 	variants                         []string
+	parts                            partitions // offset mode's partitions (WithOffsets)
 
 	oneMu sync.Mutex
 	one   *sql.DB // sqlite: a handle of one connection, for HandWritten
@@ -199,7 +200,7 @@ func (t *Target) Drop(ctx context.Context, dropInbox bool) error {
 	}
 	tables := append([]string{t.accounts, t.log, t.naive}, t.variants...)
 	if dropInbox {
-		tables = append(tables, t.InboxTable, t.InboxTable+"_attempts")
+		tables = append(tables, t.InboxTable, t.InboxTable+"_attempts", t.InboxTable+"_offsets")
 	}
 	var errs []error
 	for _, name := range tables {
@@ -779,7 +780,7 @@ func (t *Target) Variant(ctx context.Context, variant string) (Op, error) {
 	if err := store.CreateSchema(ctx); err != nil {
 		return nil, err
 	}
-	t.variants = append(t.variants, table, table+"_attempts")
+	t.variants = append(t.variants, table, table+"_attempts", table+"_offsets")
 	idx := pgx.Identifier{table + "_processed_at"}.Sanitize()
 	q := `DROP INDEX ` + idx
 	if variant == "brin" {
@@ -809,7 +810,7 @@ func (t *Target) sessionIsolation(ctx context.Context) (Op, error) {
 	if err := store.CreateSchema(ctx); err != nil {
 		return nil, err
 	}
-	t.variants = append(t.variants, table, table+"_attempts")
+	t.variants = append(t.variants, table, table+"_attempts", table+"_offsets")
 	ib, err := inbox.New(inbox.Config{Store: store, Consumer: t.consumer})
 	if err != nil {
 		return nil, err

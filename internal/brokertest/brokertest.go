@@ -90,8 +90,8 @@ func Store(t testing.TB, pool *pgxpool.Pool, table string, drop bool) *inbox.Pos
 	}
 	if drop {
 		t.Cleanup(func() {
-			_, _ = pool.Exec(context.Background(), fmt.Sprintf(`DROP TABLE IF EXISTS %s, %s`,
-				pgx.Identifier{table}.Sanitize(), pgx.Identifier{table + "_attempts"}.Sanitize()))
+			_, _ = pool.Exec(context.Background(), fmt.Sprintf(`DROP TABLE IF EXISTS %s, %s, %s`,
+				pgx.Identifier{table}.Sanitize(), pgx.Identifier{table + "_attempts"}.Sanitize(), pgx.Identifier{table + "_offsets"}.Sanitize()))
 		})
 	}
 	return store

@@ -141,7 +141,7 @@ func (d Database) Store(t testing.TB, db *sql.DB) (inbox.Store, string) {
 	if err := store.CreateSchema(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	d.DropAtCleanup(t, db, table, table+"_attempts")
+	d.DropAtCleanup(t, db, table, table+"_attempts", table+"_offsets")
 	return store, table
 }
 

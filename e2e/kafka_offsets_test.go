@@ -1,0 +1,267 @@
+package e2e_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
+	"github.com/stretchr/testify/require"
+
+	"github.com/watermill-inbox/inbox"
+	"github.com/watermill-inbox/inbox/internal/brokertest"
+	"github.com/watermill-inbox/inbox/kafkakey"
+)
+
+// Offset mode through the Watermill middleware (inbox.Config.Position =
+// kafkakey.Partition) on watermill-kafka and the dev broker: no key per message, one
+// row per consumer, topic and partition.
+
+// offsetInbox returns an inbox in offset mode on s's store.
+func (s setup) offsetInbox(t testing.TB, consumer string, obs inbox.Observer) *inbox.Inbox {
+	t.Helper()
+	ib, err := inbox.New(inbox.Config{Store: s.store, Consumer: consumer, Position: kafkakey.Partition, Observer: obs})
+	require.NoError(t, err)
+	return ib
+}
+
+// logEnds returns the sum of the topic's partitions' end offsets: how many records it
+// has, its offsets starting at 0.
+func logEnds(t testing.TB, brokers []string, topic string) int64 {
+	t.Helper()
+	client, err := sarama.NewClient(brokers, sarama.NewConfig())
+	require.NoError(t, err)
+	defer client.Close()
+	parts, err := client.Partitions(topic)
+	require.NoError(t, err)
+	var sum int64
+	for _, p := range parts {
+		end, err := client.GetOffset(topic, p, sarama.OffsetNewest)
+		require.NoError(t, err)
+		sum += end
+	}
+	return sum
+}
+
+// storedNext returns the sum of consumer's stored next offsets.
+func storedNext(t testing.TB, ib *inbox.Inbox, consumer string) int64 {
+	t.Helper()
+	offsets, err := ib.Offsets(context.Background(), consumer)
+	require.NoError(t, err)
+	var sum int64
+	for _, o := range offsets {
+		sum += o.Next
+	}
+	return sum
+}
+
+// A consumer process killed after its DB commit and its ack, before Kafka's offset
+// commit: the record comes again to the next member, which finds it below the stored
+// offset and skips it.
+func TestKafkaOffsetsCrashAfterCommitBeforeOffsetCommit(t *testing.T) {
+	t.Parallel()
+	brokers := brokertest.KafkaBrokers(t)
+	s := newSetup(t)
+	topic, group := brokertest.Name("offcrash"), brokertest.Name("group")
+	brokertest.CreateTopic(t, brokers, topic, 2)
+	pub := kafkaPublisher(t, brokers)
+	var uuids []string
+	for range 6 {
+		msg := message.NewMessage(watermill.NewUUID(), []byte("credit"))
+		uuids = append(uuids, msg.UUID)
+		require.NoError(t, pub.Publish(topic, msg))
+	}
+
+	c := startChild(t, helperArgs{Broker: "kafka", Crash: true, Brokers: brokers, Topic: topic, Group: group,
+		InboxTable: s.inboxTable, LedgerTable: s.ledgerTable, Consumer: "ledger", Offsets: true})
+	acked := c.waitFor(t, "acked", 1)
+	c.kill(t)
+	require.Equal(t, 1, s.ledger.Applied(t, acked), "the killed process committed %s", acked)
+
+	var outcomes brokertest.Outcomes
+	rec := &recorder{}
+	ib := s.offsetInbox(t, "ledger", &outcomes)
+	runRouter(t, func(r *message.Router) {
+		r.AddMiddleware(rec.middleware, ib.Middleware)
+		r.AddConsumerHandler("restart", topic, kafkaSubscriber(t, brokers, group, nil), func(msg *message.Message) error {
+			return s.ledger.Apply(msg.Context(), "kafka", msg.UUID)
+		})
+	})
+	require.Eventually(t, func() bool {
+		_, distinct := s.ledger.Counts(t)
+		return distinct == len(uuids) && len(rec.where(func(d delivery) bool { return d.UUID == acked })) > 0
+	}, wait, 20*time.Millisecond)
+
+	again := rec.where(func(d delivery) bool { return d.UUID == acked })
+	require.True(t, isDuplicate(again[0]), "the redelivered record must be skipped: %+v", again[0])
+	rows, distinct := s.ledger.Counts(t)
+	require.Equal(t, len(uuids), rows, "each record applied once")
+	require.Equal(t, len(uuids), distinct)
+	require.Empty(t, brokertest.Keys(t, s.pool, s.inboxTable, "ledger"), "offset mode stores no key per message")
+	require.Equal(t, logEnds(t, brokers, topic), storedNext(t, ib, "ledger"), "the stored offsets are the partitions' ends")
+}
+
+// Two consumer processes in offset mode in one group, the second joining while records
+// flow (a rebalance), the first then SIGKILLed with acked but uncommitted offsets: every
+// record applied once, and the stored offsets end at the log's ends.
+func TestKafkaOffsetsRebalanceBetweenProcesses(t *testing.T) {
+	t.Parallel()
+	brokers := brokertest.KafkaBrokers(t)
+	s := newSetup(t)
+	topic, group := brokertest.Name("offrebalance"), brokertest.Name("group")
+	brokertest.CreateTopic(t, brokers, topic, 4)
+	pub := kafkaPublisher(t, brokers)
+
+	var published atomic.Int64
+	stop := make(chan struct{})
+	pubDone := make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				pubDone <- nil
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			if err := pub.Publish(topic, message.NewMessage(watermill.NewUUID(), []byte("credit"))); err != nil {
+				pubDone <- err
+				return
+			}
+			published.Add(1)
+		}
+	}()
+	stopPublishing := func() {
+		select {
+		case <-stop:
+		default:
+			close(stop)
+			require.NoError(t, <-pubDone)
+		}
+	}
+	t.Cleanup(stopPublishing)
+
+	args := helperArgs{Broker: "kafka", Brokers: brokers, Topic: topic, Group: group,
+		InboxTable: s.inboxTable, LedgerTable: s.ledgerTable, Consumer: "ledger", Offsets: true}
+	a := startChild(t, args)
+	a.waitFor(t, "processed", 10)
+	b := startChild(t, args)
+	b.waitFor(t, "processed", 10) // B got partitions: the group rebalanced
+	a.waitFor(t, "processed", a.count("processed")+5)
+	a.kill(t)
+	b.waitFor(t, "processed", b.count("processed")+10) // B took over A's partitions
+	stopPublishing()
+
+	want := int(published.Load())
+	require.Eventually(t, func() bool {
+		_, distinct := s.ledger.Counts(t)
+		return distinct == want
+	}, wait, 20*time.Millisecond, "all %d records applied", want)
+	rows, distinct := s.ledger.Counts(t)
+	require.Equal(t, want, distinct, "none lost")
+	require.Equal(t, want, rows, "none applied twice")
+	require.GreaterOrEqual(t, b.count("duplicate"), 1, "records A acked but never committed came to B and were skipped")
+	ib := s.offsetInbox(t, "ledger", nil)
+	require.Eventually(t, func() bool { return storedNext(t, ib, "ledger") == int64(want) }, wait, 20*time.Millisecond)
+	require.Equal(t, logEnds(t, brokers, topic), storedNext(t, ib, "ledger"))
+	t.Logf("%d records; A processed %d, B processed %d and skipped %d duplicates", want, a.count("processed"), b.count("processed"), b.count("duplicate"))
+}
+
+// watermill-kafka reads a partition in order, one message at a time, whatever its
+// configuration: without a consumer group (every read from the oldest offset), and in a
+// group with Sarama's auto-commit off (it commits after each ack). A second read from
+// the oldest offset (without a group, or in a new group) finds every record below the
+// stored offsets and skips it.
+func TestKafkaOffsetsSubscriberConfigurations(t *testing.T) {
+	t.Parallel()
+	brokers := brokertest.KafkaBrokers(t)
+	for _, tc := range []struct {
+		name  string
+		group func() string
+		sc    func() *sarama.Config
+	}{
+		{"without a consumer group", func() string { return "" }, brokertest.SaramaSubscriberConfig},
+		{"auto-commit off", func() string { return brokertest.Name("group") }, func() *sarama.Config {
+			sc := brokertest.SaramaSubscriberConfig()
+			sc.Consumer.Offsets.AutoCommit.Enable = false
+			return sc
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := newSetup(t)
+			topic := brokertest.Name("offconfig")
+			brokertest.CreateTopic(t, brokers, topic, 2)
+			pub := kafkaPublisher(t, brokers)
+			const n = 8
+			for range n {
+				require.NoError(t, pub.Publish(topic, message.NewMessage(watermill.NewUUID(), []byte("credit"))))
+			}
+			var outcomes brokertest.Outcomes
+			ib := s.offsetInbox(t, "ledger", &outcomes)
+			read := func(want inbox.Outcome) {
+				stop := runRouter(t, func(r *message.Router) {
+					r.AddMiddleware(ib.Middleware)
+					r.AddConsumerHandler("ledger", topic, kafkaSubscriber(t, brokers, tc.group(), tc.sc()), func(m *message.Message) error {
+						return s.ledger.Apply(m.Context(), "kafka", m.UUID)
+					})
+				})
+				require.Eventually(t, func() bool { return outcomes.Count(want) >= n }, wait, 10*time.Millisecond)
+				stop()
+			}
+			read(inbox.OutcomeProcessed)
+			read(inbox.OutcomeDuplicate)
+			require.Equal(t, n, outcomes.Count(inbox.OutcomeProcessed))
+			rows, distinct := s.ledger.Counts(t)
+			require.Equal(t, n, rows)
+			require.Equal(t, n, distinct)
+			require.Equal(t, int64(n), storedNext(t, ib, "ledger"))
+		})
+	}
+}
+
+// middleware.InstantAck in front of the inbox acks each message before its handler
+// returns, so watermill-kafka sends the partition's next message at once: the inbox
+// refuses it (ErrNotInOrder) instead of taking a later offset first, which would make
+// the earlier record a duplicate.
+func TestKafkaOffsetsRefuseInstantAck(t *testing.T) {
+	t.Parallel()
+	brokers := brokertest.KafkaBrokers(t)
+	s := newSetup(t)
+	topic := brokertest.Name("offinstant")
+	brokertest.CreateTopic(t, brokers, topic, 1)
+	pub := kafkaPublisher(t, brokers)
+	for range 10 {
+		require.NoError(t, pub.Publish(topic, message.NewMessage(watermill.NewUUID(), []byte("credit"))))
+	}
+	var mu sync.Mutex
+	var refused []error
+	obs := inbox.ObserverFunc(func(_ context.Context, o inbox.Observation) {
+		if errors.Is(o.Err, inbox.ErrNotInOrder) {
+			mu.Lock()
+			refused = append(refused, o.Err)
+			mu.Unlock()
+		}
+	})
+	ib := s.offsetInbox(t, "ledger", obs)
+	runRouter(t, func(r *message.Router) {
+		r.AddMiddleware(middleware.InstantAck, ib.Middleware)
+		r.AddConsumerHandler("ledger", topic, kafkaSubscriber(t, brokers, brokertest.Name("group"), nil), func(m *message.Message) error {
+			time.Sleep(50 * time.Millisecond) // the next message arrives meanwhile
+			return s.ledger.Apply(m.Context(), "kafka", m.UUID)
+		})
+	})
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(refused) > 0
+	}, wait, 10*time.Millisecond, "the partition's second message in flight is refused")
+	mu.Lock()
+	require.ErrorContains(t, refused[0], "InstantAck")
+	mu.Unlock()
+}

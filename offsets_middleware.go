@@ -1,0 +1,145 @@
+package inbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// The middleware in offset mode (Config.Position): each message is claimed by its
+// position, in its partition's row, through the same steps as a key (process), so that
+// attempts, observations, the commit with the produced messages and the duplicate modes
+// are the same.
+
+// validateOffsets checks the fields of offset mode.
+func (c *Config) validateOffsets() []error {
+	var errs []error
+	if c.Position != nil {
+		if _, ok := c.Store.(OffsetStore); c.Store != nil && !ok {
+			errs = append(errs, fmt.Errorf("Position is set, but the store (%T) keeps no offsets (inbox.OffsetStore): use a PostgreSQL or MySQL store, or key mode (leave Position nil)", c.Store))
+		}
+		if c.Key != nil {
+			errs = append(errs, errors.New("Key and Position are both set: offset mode judges messages by their position, key mode by their key; set one"))
+		}
+		if c.Fingerprint != nil {
+			errs = append(errs, errors.New("Fingerprint and Position are both set: offset mode stores no fingerprint; leave Fingerprint nil"))
+		}
+	}
+	if c.MaxOffsetRewind < 0 {
+		errs = append(errs, fmt.Errorf("MaxOffsetRewind is %d: use 0 for no bound, or a positive number of offsets", c.MaxOffsetRewind))
+	}
+	return errs
+}
+
+// verifyOffsets checks, in offset mode, the store's offsets table.
+func (c *Config) verifyOffsets(ctx context.Context) error {
+	if c.Position == nil {
+		return nil
+	}
+	return c.Store.(OffsetStore).VerifyOffsets(ctx)
+}
+
+// positionRecord derives, in offset mode, the record of msg: its position, and the
+// position's text as its key.
+func (ib *Inbox) positionRecord(msg *message.Message, rec Record) (Record, Outcome, error) {
+	pos, err := ib.cfg.Position(msg)
+	switch {
+	case err != nil:
+		return rec, OutcomeNoKey, err
+	case pos.Topic == "":
+		return rec, OutcomeNoKey, fmt.Errorf("%w: the position function returned no topic", ErrNoKey)
+	case pos.Partition < 0 || pos.Offset < 0:
+		return rec, OutcomeNoKey, fmt.Errorf("%w: the position function returned partition %d, offset %d: neither may be negative", ErrNoKey, pos.Partition, pos.Offset)
+	}
+	rec.Key, rec.pos = pos.String(), &pos
+	return rec, "", nil
+}
+
+// claim claims rec in a new transaction, or in joined when it is not nil: its key, or
+// in offset mode its position. A duplicate position's transaction is ended here, as a
+// store ends a duplicate key's.
+func (ib *Inbox) claim(ctx context.Context, joined any, rec Record) (Claim, error) {
+	if rec.pos == nil {
+		if joined != nil {
+			return ib.cfg.Store.ClaimIn(ctx, joined, rec)
+		}
+		return ib.cfg.Store.Claim(ctx, rec)
+	}
+	positions := []Position{*rec.pos}
+	parts, _, err := groupPositions(positions)
+	if err != nil {
+		return Claim{}, err
+	}
+	v, err := ib.claimPartitions(ctx, ib.cfg.Store.(OffsetStore), joined, rec.Consumer, positions, parts)
+	if err != nil {
+		var itemErr *BatchItemError
+		if errors.As(err, &itemErr) {
+			err = itemErr.Err
+		}
+		return Claim{}, join(err, rollbackIf(ctx, v.tx))
+	}
+	if v.dup[0] {
+		return Claim{Duplicate: true, Output: v.output}, rollbackIf(ctx, v.tx)
+	}
+	return Claim{Tx: v.tx}, nil
+}
+
+// positionMiddleware refuses, in offset mode, a message of a partition while another
+// message of that partition is in the middleware: in-order delivery, one message at a
+// time per partition, is what makes a stored offset mean "everything below was
+// processed". It catches subscribers that deliver a partition concurrently, and
+// middlewares that ack before the handler returns (InstantAck) in front of a
+// subscriber that waits for the ack.
+func (ib *Inbox) positionMiddleware(next message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		rec, _, err := ib.record(msg)
+		if err != nil { // next derives it again, and fails the message as one without a key
+			return next(msg)
+		}
+		leave, err := ib.inFlight.enter(rec)
+		if err != nil {
+			ib.cfg.Logger.Error("inbox: message refused: its partition has another message in flight", err,
+				watermill.LogFields{"consumer": rec.Consumer, "record": rec.Key, "message_uuid": msg.UUID})
+			err = wrap(messageName(msg)+": consumer "+fmt.Sprintf("%q", rec.Consumer)+" record "+rec.Key, err)
+			ib.observe(msg.Context(), rec, msg, OutcomeFailed, 0, err)
+			return nil, err
+		}
+		defer leave()
+		return next(msg)
+	}
+}
+
+// partitionsInFlight are the partitions, per consumer, with a message in the middleware.
+type partitionsInFlight struct {
+	mu sync.Mutex
+	in map[partitionKey]int64 // the offset in flight
+}
+
+type partitionKey struct {
+	consumer, topic string
+	partition       int32
+}
+
+// enter marks rec's partition in flight, or refuses it when it is already.
+func (p *partitionsInFlight) enter(rec Record) (leave func(), err error) {
+	k := partitionKey{rec.Consumer, rec.pos.Topic, rec.pos.Partition}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if offset, busy := p.in[k]; busy {
+		return nil, fmt.Errorf("%w: offset %d of the partition is still in the inbox middleware: the subscriber delivers a partition's messages concurrently, or a middleware acks them before the handler returns (InstantAck)",
+			ErrNotInOrder, offset)
+	}
+	if p.in == nil {
+		p.in = map[partitionKey]int64{}
+	}
+	p.in[k] = rec.pos.Offset
+	return func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		delete(p.in, k)
+	}, nil
+}

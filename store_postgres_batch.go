@@ -1,0 +1,247 @@
+package inbox
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Batches on the PostgreSQL stores: every key in one statement,
+//
+//	INSERT INTO t (consumer, key, fingerprint)
+//	SELECT $1, k, f FROM unnest($2::text[], $3::bytea[]) WITH ORDINALITY AS u(k, f, o) ORDER BY o
+//	ON CONFLICT DO NOTHING RETURNING key
+//
+// with the keys sorted (the inbox sorts them), so that overlapping batches take their
+// index entries in the same order and wait for each other instead of deadlocking. A
+// key another transaction inserted waits for it, as the single claim does. Only when
+// some keys come back as duplicates, a second statement reads what their first
+// deliveries stored; at READ COMMITTED it takes a new snapshot, which sees the rows of
+// the transactions the insert waited for.
+
+var (
+	_ BatchStore = (*PostgresStore)(nil)
+	_ BatchStore = (*SQLPostgresStore)(nil)
+)
+
+// postgresBatchQueries are the batch statements on table.
+type postgresBatchQueries struct{ insert, stored string }
+
+func newPostgresBatchQueries(schema, table string) postgresBatchQueries {
+	t := pgName(schema, table)
+	return postgresBatchQueries{
+		insert: `INSERT INTO ` + t + ` (consumer, key, fingerprint) SELECT $1, k, f FROM unnest($2::text[], $3::bytea[]) WITH ORDINALITY AS u(k, f, o) ORDER BY o ON CONFLICT DO NOTHING RETURNING key`,
+		stored: `SELECT key, fingerprint FROM ` + t + ` WHERE consumer = $1 AND key = ANY($2::text[])`,
+	}
+}
+
+// batchArgs returns the statements' arrays: the keys and their fingerprints.
+func batchArgs(recs []Record) (keys []string, fingerprints [][]byte) {
+	keys = make([]string, len(recs))
+	fingerprints = make([][]byte, len(recs))
+	for i, r := range recs {
+		keys[i], fingerprints[i] = r.Key, r.Fingerprint
+	}
+	return keys, fingerprints
+}
+
+// batchVerdicts turns the keys an insert returned into a BatchClaim without its
+// transaction, and lists the duplicates whose stored fingerprints are to be read.
+func batchVerdicts(recs []Record, inserted map[string]bool) (BatchClaim, []string) {
+	claim := BatchClaim{Duplicate: make([]bool, len(recs)), Fingerprint: make([][]byte, len(recs))}
+	var dups []string
+	for i, r := range recs {
+		if !inserted[r.Key] {
+			claim.Duplicate[i] = true
+			dups = append(dups, r.Key)
+		}
+	}
+	return claim, dups
+}
+
+// setStored fills in the duplicates' stored fingerprints; a duplicate whose row is gone
+// (Forget, a purge) since the insert makes the claim contended, as for one key.
+func setStored(recs []Record, claim BatchClaim, stored map[string][]byte) error {
+	for i, r := range recs {
+		if !claim.Duplicate[i] {
+			continue
+		}
+		fp, ok := stored[r.Key]
+		if !ok {
+			return fmt.Errorf("inbox: key %q vanished while being claimed: %w", r.Key, ErrContended)
+		}
+		claim.Fingerprint[i] = fp
+	}
+	return nil
+}
+
+// ClaimBatch implements BatchStore.
+func (s *PostgresStore) ClaimBatch(ctx context.Context, recs []Record) (BatchClaim, error) {
+	if err := ctx.Err(); err != nil { // pgx would close the connection: see Claim
+		return BatchClaim{}, s.wrap("beginning the transaction", err)
+	}
+	if s.folded != nil {
+		return s.folded.claimBatch(ctx, recs)
+	}
+	tx, err := s.db.BeginTx(ctx, s.cfg.TxOptions)
+	if err != nil {
+		return BatchClaim{}, s.wrap("beginning the transaction", err)
+	}
+	claim, err := s.claimBatch(ctx, tx, recs, false)
+	if err != nil || claim.Tx == nil {
+		err = join(err, rollbackPgx(ctx, tx))
+		claim.Tx = nil
+	}
+	return claim, err
+}
+
+// ClaimBatchIn implements BatchStore; tx must be a pgx.Tx.
+func (s *PostgresStore) ClaimBatchIn(ctx context.Context, tx any, recs []Record) (BatchClaim, error) {
+	pgxTx, ok := tx.(pgx.Tx)
+	if !ok {
+		return BatchClaim{}, fmt.Errorf("inbox: the transaction in the context is a %T; PostgresStore joins only a pgx.Tx", tx)
+	}
+	return s.claimBatch(ctx, pgxTx, recs, true)
+}
+
+// claimBatch inserts the keys in tx, with the lock timeout around the insert, in one
+// round trip, and reads the duplicates' fingerprints in a second one when there are
+// any. Claim.Tx is nil when no key is new.
+func (s *PostgresStore) claimBatch(ctx context.Context, tx pgx.Tx, recs []Record, joined bool) (BatchClaim, error) {
+	keys, fps := batchArgs(recs)
+	batch := &pgx.Batch{}
+	if s.cfg.LockTimeout > 0 {
+		batch.Queue(s.sql.lockSet, fmt.Sprintf("%dms", lockTimeoutMillis(s.cfg.LockTimeout)))
+	}
+	inserted := make(map[string]bool, len(recs))
+	batch.Queue(s.batchSQL.insert, recs[0].Consumer, keys, fps).Query(func(rows pgx.Rows) error {
+		var key string
+		_, err := pgx.ForEachRow(rows, []any{&key}, func() error { inserted[key] = true; return nil })
+		return err
+	})
+	if s.cfg.LockTimeout > 0 {
+		batch.Queue(s.sql.lockReset)
+	}
+	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+		return BatchClaim{}, s.wrap("inserting the keys", err)
+	}
+	claim, dups := batchVerdicts(recs, inserted)
+	if len(dups) > 0 {
+		rows, err := tx.Query(ctx, s.batchSQL.stored, recs[0].Consumer, dups)
+		if err != nil {
+			return BatchClaim{}, s.wrap("reading the stored keys", err)
+		}
+		stored := make(map[string][]byte, len(dups))
+		var key string
+		var fp []byte
+		if _, err := pgx.ForEachRow(rows, []any{&key, &fp}, func() error { stored[key] = fp; return nil }); err != nil {
+			return BatchClaim{}, s.wrap("reading the stored keys", err)
+		}
+		if err := setStored(recs, claim, stored); err != nil {
+			return BatchClaim{}, err
+		}
+	}
+	if len(dups) < len(recs) {
+		claim.Tx = &pgxInboxTx{tx: tx, store: s, joined: joined}
+	}
+	return claim, nil
+}
+
+// ClaimBatch implements BatchStore.
+func (s *SQLPostgresStore) ClaimBatch(ctx context.Context, recs []Record) (BatchClaim, error) {
+	var claim BatchClaim
+	_, err := claimInNewTx(ctx, s.db, s.cfg.Isolation, s.wrap, Record{}, nil, func(tx *sql.Tx) (Claim, error) {
+		var err error
+		claim, err = s.claimBatch(ctx, tx, recs, false)
+		if err != nil || claim.Tx == nil {
+			return Claim{Duplicate: true}, err // ends the transaction
+		}
+		return Claim{Tx: claim.Tx}, nil
+	})
+	if err != nil {
+		return BatchClaim{}, err
+	}
+	return claim, nil
+}
+
+// ClaimBatchIn implements BatchStore; tx must be a *sql.Tx.
+func (s *SQLPostgresStore) ClaimBatchIn(ctx context.Context, tx any, recs []Record) (BatchClaim, error) {
+	sqlTx, err := joinedSQLTx(tx, "SQLPostgresStore")
+	if err != nil {
+		return BatchClaim{}, err
+	}
+	return s.claimBatch(ctx, sqlTx, recs, true)
+}
+
+// claimBatch is PostgresStore.claimBatch on database/sql: pgx's stdlib driver encodes
+// the key and fingerprint slices as arrays.
+func (s *SQLPostgresStore) claimBatch(ctx context.Context, tx *sql.Tx, recs []Record, joined bool) (BatchClaim, error) {
+	keys, fps := batchArgs(recs)
+	if s.cfg.LockTimeout > 0 {
+		if _, err := tx.ExecContext(ctx, s.sql.lockSet, fmt.Sprintf("%dms", lockTimeoutMillis(s.cfg.LockTimeout))); err != nil {
+			return BatchClaim{}, s.wrap("setting the lock timeout", err)
+		}
+	}
+	inserted, err := sqlKeys(ctx, tx, s.batchSQL.insert, recs[0].Consumer, keys, fps)
+	if err != nil {
+		return BatchClaim{}, s.wrap("inserting the keys", err)
+	}
+	if s.cfg.LockTimeout > 0 {
+		if _, err := tx.ExecContext(ctx, s.sql.lockReset); err != nil {
+			return BatchClaim{}, s.wrap("resetting the lock timeout", err)
+		}
+	}
+	claim, dups := batchVerdicts(recs, inserted)
+	if len(dups) > 0 {
+		stored, err := sqlStored(ctx, tx, s.batchSQL.stored, recs[0].Consumer, dups)
+		if err != nil {
+			return BatchClaim{}, s.wrap("reading the stored keys", err)
+		}
+		if err := setStored(recs, claim, stored); err != nil {
+			return BatchClaim{}, err
+		}
+	}
+	if len(dups) < len(recs) {
+		claim.Tx = &sqlInboxTx{tx: tx, joined: joined, wrap: s.wrap}
+	}
+	return claim, nil
+}
+
+// sqlKeys runs a query returning keys, and returns them as a set.
+func sqlKeys(ctx context.Context, tx *sql.Tx, query string, args ...any) (map[string]bool, error) {
+	rows, err := tx.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	keys := map[string]bool{}
+	for rows.Next() {
+		var key string
+		if err := rows.Scan(&key); err != nil {
+			return nil, err
+		}
+		keys[key] = true
+	}
+	return keys, rows.Err()
+}
+
+// sqlStored runs a query returning keys and their fingerprints.
+func sqlStored(ctx context.Context, tx *sql.Tx, query string, args ...any) (map[string][]byte, error) {
+	rows, err := tx.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	stored := map[string][]byte{}
+	for rows.Next() {
+		var key string
+		var fp []byte
+		if err := rows.Scan(&key, &fp); err != nil {
+			return nil, err
+		}
+		stored[key] = fp
+	}
+	return stored, rows.Err()
+}
