@@ -111,7 +111,7 @@ func TestTenantFromTheRequest(t *testing.T) {
 	// No tenant: 400; an unknown one: 404; neither runs the handler nor writes.
 	requireProblem(t, send("", "k2", `{"amount":1}`), http.StatusBadRequest)
 	got := send("initech", "k2", `{"amount":1}`)
-	requireProblem(t, got, http.StatusNotFound)
+	requireProblemOf(t, got, http.StatusNotFound, inboxhttp.ProblemPermanent) // docs/errors.md: do not retry
 	require.Equal(t, int32(2), p.calls.Load())
 	require.Equal(t, [2]int{5, 1}, pair(balance(t, "acme")))
 }
