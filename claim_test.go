@@ -16,11 +16,11 @@ import (
 // MaxKeyLen is given as stored (its SHA-256), whatever KeyFunc found it.
 func TestClaimInTheHandlersContext(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	long := strings.Repeat("k", inbox.MaxKeyLen+1)
 	for _, f := range storeFlavours() {
 		t.Run(f.name, func(t *testing.T) {
 			t.Parallel()
+			ctx := f.context() // the tenant flavours' tenant
 			fx := f.open(t, storeOpts{})
 			ib := newTestInbox(t, fx.store, inbox.Config{
 				Consumer:    "billing",
@@ -35,7 +35,7 @@ func TestClaimInTheHandlersContext(t *testing.T) {
 			}
 
 			// The middleware, the key from metadata (not the UUID), too long to store as it is.
-			msg := message.NewMessage("uuid-1", []byte(`{}`))
+			msg := f.message("uuid-1", []byte(`{}`))
 			msg.Metadata.Set("event_id", long)
 			_, err := ib.Middleware(func(m *message.Message) ([]*message.Message, error) {
 				seen(m.Context())

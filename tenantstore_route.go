@@ -43,13 +43,14 @@ func (s *TenantStore) EndAttempt(ctx context.Context, rec Record) error {
 }
 
 // UnfinishedAttempts implements AttemptCounter: the tenant's in ctx or, without one,
-// every tenant's summed per consumer; a tenant whose store cannot count adds nothing.
+// every tenant's summed per consumer. A tenant whose store cannot count (the Redis
+// store) fails the call rather than count as none.
 func (s *TenantStore) UnfinishedAttempts(ctx context.Context) (map[string]int64, error) {
 	count := func(ctx context.Context, store Store) (map[string]int64, error) {
 		if c, ok := store.(AttemptCounter); ok {
 			return c.UnfinishedAttempts(ctx)
 		}
-		return nil, nil
+		return nil, fmt.Errorf("its store (%T) cannot count unfinished attempts", store)
 	}
 	if _, ok := TenantFromContext(ctx); ok {
 		e, err := s.use(ctx, "counting unfinished attempts")
