@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/watermill-inbox/inbox"
+	"github.com/watermill-inbox/inbox/internal/netfault"
 	"github.com/watermill-inbox/inbox/redisstore"
 )
 
@@ -283,4 +284,53 @@ func errText(err error) string {
 		return ""
 	}
 	return strings.TrimSpace(err.Error())
+}
+
+// The fault injector of the conformance suite (internal/netfault) breaks a batch's claim
+// and then its commit after the server ran them, on Redis and on the Cluster (every
+// node the Cluster client dials goes through it): go-redis resends each, and the
+// resends give the first run's answers, the failed command included.
+func TestBatchThroughTheFaultInjector(t *testing.T) {
+	t.Parallel()
+	for _, where := range []string{"Redis", "Cluster"} {
+		t.Run(where, func(t *testing.T) {
+			t.Parallel()
+			inj := netfault.New(netfault.RESP)
+			var client redis.UniversalClient
+			if where == "Redis" {
+				sharedClient(t)
+				client = redis.NewClient(&redis.Options{Addr: sharedAddr(), Dialer: inj.DialContext})
+			} else {
+				clusterClient(t)
+				client = redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.addrs, Dialer: inj.DialContext})
+			}
+			t.Cleanup(func() { _ = client.Close() })
+			store, ib := newStore(t, client, redisstore.Config{HashTag: oneTag})
+			prefix := store.Config().Prefix
+			counter, text := prefix+"counter:{batch}", prefix+"text:{batch}"
+			ctx := context.Background()
+			require.NoError(t, client.Set(ctx, text, "not a number", 0).Err())
+
+			claim := inj.Arm(netfault.Step{Match: netfault.Contains(" " + prefix + "c:{batch}")}, netfault.AfterReply)
+			var commit *netfault.Fault
+			batch := []inbox.Item{{Key: "order-1"}, {Key: "order-2"}}
+			res, err := ib.ProcessBatch(ctx, "billing", batch, func(ctx context.Context, fresh []int) error {
+				require.True(t, claim.HasFired(), "the claim's connection broke after the script ran")
+				commit = inj.Arm(netfault.Step{Match: netfault.Contains(" " + counter)}, netfault.AfterReply) // one fault at a time
+				if err := queueIncr(ctx, counter, fresh); err != nil {
+					return err
+				}
+				return incr(ctx, text)
+			})
+			require.True(t, claim.HasFired(), "the claim's connection broke after the script ran")
+			require.True(t, commit.HasFired(), "the commit's connection broke after the script ran")
+			require.NoError(t, inj.Err())
+			require.ErrorIs(t, err, redisstore.ErrCommandFailed, "the resent commit reports the failed command")
+			require.Zero(t, res.Processed)
+			require.Equal(t, "2", client.Get(ctx, counter).Val(), "applied once")
+			again, err := ib.ProcessBatch(ctx, "billing", batch, func(context.Context, []int) error { return nil })
+			require.NoError(t, err)
+			require.Equal(t, []bool{true, true}, again.Duplicate)
+		})
+	}
 }
