@@ -28,6 +28,9 @@ func (c *Config) validateOffsets() []error {
 		if c.Fingerprint != nil {
 			errs = append(errs, errors.New("Fingerprint and Position are both set: offset mode stores no fingerprint; leave Fingerprint nil"))
 		}
+		if c.MaxAttempts > 0 {
+			errs = append(errs, fmt.Errorf("MaxAttempts is %d and Position is set: offset mode counts no attempts (a record's position is not claimed as a key, so no attempt would ever be counted); set MaxAttempts to 0. A record whose handler fails is retried and poisoned as in key mode (middleware.Retry, PoisonQueue); one that crashes the process every time stops its partition: skip it with `inbox offsets reset --to <its offset + 1>` (see docs/kafka.md), or use key mode (Key, leaving Position nil) where MaxAttempts counts crashes", c.MaxAttempts))
+		}
 	}
 	if c.MaxOffsetRewind < 0 {
 		errs = append(errs, fmt.Errorf("MaxOffsetRewind is %d: use 0 for no bound, or a positive number of offsets", c.MaxOffsetRewind))
