@@ -3,7 +3,9 @@ package redisstore_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -333,4 +335,67 @@ func TestBatchThroughTheFaultInjector(t *testing.T) {
 			require.Equal(t, []bool{true, true}, again.Duplicate)
 		})
 	}
+}
+
+// Single deliveries and batches racing on overlapping keys, through the same scripts'
+// keys: every message is applied exactly once between them, and every key ends
+// committed.
+func TestSinglesAndBatchesRacing(t *testing.T) {
+	t.Parallel()
+	onRedisAndCluster(t, func(t *testing.T, client redis.UniversalClient) {
+		store, ib := newStore(t, client, redisstore.Config{HashTag: oneTag, Wait: time.Minute})
+		hits := store.Config().Prefix + "hits:{batch}"
+		ctx := context.Background()
+		const keys, workers, rounds = 30, 6, 5
+		key := func(i int) string { return "order-" + strconv.Itoa(i%keys) }
+		apply := func(ctx context.Context, k string) error {
+			tx, _ := inbox.TxFromContext[*redisstore.Tx](ctx)
+			return tx.HIncrBy(ctx, hits, k, 1).Err()
+		}
+		var wg sync.WaitGroup
+		errs := make(chan error, workers*rounds*keys)
+		for w := range workers {
+			wg.Go(func() {
+				for r := range rounds {
+					start := w*5 + r*7
+					if w%2 == 0 { // a batch of 10 overlapping keys
+						var batch []inbox.Item
+						for i := range 10 {
+							batch = append(batch, inbox.Item{Key: key(start + i)})
+						}
+						_, err := ib.ProcessBatch(ctx, "billing", batch, func(ctx context.Context, fresh []int) error {
+							for _, i := range fresh {
+								if err := apply(ctx, batch[i].Key); err != nil {
+									return err
+								}
+							}
+							return nil
+						})
+						errs <- err
+						continue
+					}
+					for i := range 10 { // the same window, one message at a time
+						k := key(start + i)
+						_, err := ib.Process(ctx, "billing", k, func(ctx context.Context) error { return apply(ctx, k) })
+						errs <- err
+					}
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+		applied, err := client.HGetAll(ctx, hits).Result()
+		require.NoError(t, err)
+		for k, n := range applied {
+			require.Equal(t, "1", n, "key %s applied once", k)
+		}
+		for i := range keys {
+			dup, err := ib.Process(ctx, "billing", key(i), func(ctx context.Context) error { return apply(ctx, key(i)) })
+			require.NoError(t, err)
+			require.Equal(t, applied[key(i)] == "1", dup, "key %s: committed exactly when it was applied", key(i))
+		}
+	})
 }
