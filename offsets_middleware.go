@@ -12,8 +12,8 @@ import (
 
 // The middleware in offset mode (Config.Position): each message is claimed by its
 // position, in its partition's row, through the same steps as a key (process), so that
-// attempts, observations, the commit with the produced messages and the duplicate modes
-// are the same.
+// observations, the commit with the produced messages and the duplicate modes are the
+// same. It counts no attempts: New refuses MaxAttempts with Position (ADR 108).
 
 // validateOffsets checks the fields of offset mode.
 func (c *Config) validateOffsets() []error {
