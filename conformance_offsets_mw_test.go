@@ -87,7 +87,7 @@ func exerciseOffsetMiddleware(t *testing.T, f storeFlavour) {
 	})
 
 	t.Run("OffsetMiddlewareFailureRollsBackAndFailModes", func(t *testing.T) {
-		fx, ib, _ := setup(t, inbox.Config{OnDuplicate: inbox.Fail, MaxAttempts: 5})
+		fx, ib, _ := setup(t, inbox.Config{OnDuplicate: inbox.Fail})
 		calls := 0
 		h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
 			calls++
@@ -173,6 +173,12 @@ func exerciseOffsetMiddleware(t *testing.T, f storeFlavour) {
 		fx := f.open(t, storeOpts{})
 		_, err := inbox.New(inbox.Config{Store: fx.store, Consumer: "billing", Position: positionFromMetadata, Key: inbox.KeyFromUUID})
 		require.ErrorContains(t, err, "Key and Position")
+		// Offset mode counts no attempts: MaxAttempts would be silently ignored, so a
+		// record that crashes the process would never be stopped; New says so instead.
+		_, err = inbox.New(inbox.Config{Store: fx.store, Consumer: "billing", Position: positionFromMetadata, MaxAttempts: 3})
+		require.ErrorContains(t, err, "MaxAttempts is 3 and Position is set")
+		require.ErrorContains(t, err, "set MaxAttempts to 0")
+		require.ErrorContains(t, err, "inbox offsets reset")
 		_, err = inbox.New(inbox.Config{Store: fx.store, Consumer: "billing", MaxOffsetRewind: -1})
 		require.ErrorContains(t, err, "MaxOffsetRewind")
 		if f.missing != nil {

@@ -111,13 +111,14 @@ func mysqlFaultSteps(table, ledger string) map[faultStep]netfault.Step {
 // ExpiringKeyRepository under dedupPrefix. The handler's commands and the output go
 // in the commit script: those steps are the commit's.
 func redisFaultSteps(t testing.TB, prefix, dedupPrefix string) map[faultStep]netfault.Step {
-	attempt := netfault.Contains("evalsha " + redisScriptSHA(t, "attempt.lua") + " 1 " + prefix + "a:")
+	// The attempt starts in the claim pipeline (start.lua) and a clean failure ends it
+	// in the release script (release.lua), which carries the attempt's token (ADR 66).
 	return map[faultStep]netfault.Step{
 		stepClaim:        {Match: netfault.HasPrefix("set " + prefix + "l:")},
 		stepCommit:       {Match: netfault.HasPrefix("evalsha " + redisScriptSHA(t, "commit.lua") + " ")},
-		stepAttemptStart: {Match: netfault.All(attempt, netfault.HasSuffix(" 1"))},
-		stepAttemptEnd:   {Match: netfault.All(attempt, netfault.HasSuffix(" 0"))},
-		stepDedup:        {Match: netfault.HasPrefix("set " + dedupPrefix)},
+		stepAttemptStart: {Match: netfault.HasPrefix("evalsha " + redisScriptSHA(t, "start.lua") + " 3 " + prefix + "s:")},
+		stepAttemptEnd:   {Match: netfault.HasPrefix("evalsha " + redisScriptSHA(t, "release.lua") + " 4 " + prefix + "l:")},
+		stepDedup:        {Match: netfault.HasPrefix("evalsha " + redisScriptSHA(t, "dedup.lua") + " 1 " + dedupPrefix)}, // the check carries a token (ADR 69)
 	}
 }
 

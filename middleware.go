@@ -109,7 +109,10 @@ type Config struct {
 	// ends when the delivery commits, fails cleanly (a handler error, a claim or commit
 	// the database refused), is a duplicate, or is refused; a process that dies takes
 	// its lock with it, and its row is what counts. Concurrent duplicates, waiting on the
-	// key or failing one after the other, are never counted (ADR 60). Defaults to 0, off.
+	// key or failing one after the other, are never counted (ADR 60). Offset mode
+	// (Position) counts no attempts: New refuses MaxAttempts with Position, and the batch
+	// calls (ProcessBatch, ProcessOffsets) refuse an Inbox with MaxAttempts (ADRs 100,
+	// 108). Defaults to 0, off.
 	//
 	// It costs one round trip more for a first delivery through pgx (the count), and a
 	// few statements through database/sql. The PostgresStore needs a *pgxpool.Pool, a
@@ -157,8 +160,8 @@ type Config struct {
 	// instead of a key, against one row per consumer, topic and partition that moves
 	// forward in the handler's transaction (see docs/kafka.md). Only for subscribers
 	// that deliver each partition in order, one message at a time. The store must be an
-	// OffsetStore, and New checks its offsets table. It cannot be combined with Key or
-	// Fingerprint. Defaults to nil: key mode.
+	// OffsetStore, and New checks its offsets table. It cannot be combined with Key,
+	// Fingerprint or MaxAttempts (ADR 108). Defaults to nil: key mode.
 	Position PositionFunc
 
 	// TimestampSlack, in offset mode, bounds how much later than every record processed

@@ -45,7 +45,7 @@ type Position struct {
 }
 
 // String returns "topic/partition/offset", the key offset mode reports the record by
-// (in observations, logs, and attempt counts with Config.MaxAttempts).
+// (in observations and logs).
 func (p Position) String() string {
 	return p.Topic + "/" + strconv.FormatInt(int64(p.Partition), 10) + "/" + strconv.FormatInt(p.Offset, 10)
 }

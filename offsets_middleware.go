@@ -12,8 +12,8 @@ import (
 
 // The middleware in offset mode (Config.Position): each message is claimed by its
 // position, in its partition's row, through the same steps as a key (process), so that
-// attempts, observations, the commit with the produced messages and the duplicate modes
-// are the same.
+// observations, the commit with the produced messages and the duplicate modes are the
+// same. It counts no attempts: New refuses MaxAttempts with Position (ADR 108).
 
 // validateOffsets checks the fields of offset mode.
 func (c *Config) validateOffsets() []error {
@@ -27,6 +27,9 @@ func (c *Config) validateOffsets() []error {
 		}
 		if c.Fingerprint != nil {
 			errs = append(errs, errors.New("Fingerprint and Position are both set: offset mode stores no fingerprint; leave Fingerprint nil"))
+		}
+		if c.MaxAttempts > 0 {
+			errs = append(errs, fmt.Errorf("MaxAttempts is %d and Position is set: offset mode counts no attempts (a record's position is not claimed as a key, so no attempt would ever be counted); set MaxAttempts to 0. A record whose handler fails is retried and poisoned as in key mode (middleware.Retry, PoisonQueue); one that crashes the process every time stops its partition: skip it with `inbox offsets reset --to <its offset + 1>` (see docs/kafka.md), or use key mode (Key, leaving Position nil) where MaxAttempts counts crashes", c.MaxAttempts))
 		}
 	}
 	if c.MaxOffsetRewind < 0 {

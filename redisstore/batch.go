@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -14,15 +13,22 @@ import (
 	"github.com/watermill-inbox/inbox"
 )
 
-// Batches (inbox.BatchStore): the claim is one script that takes the leases of all the
+// Batches (inbox.BatchStore) use the key layout and the guarantees of single messages
+// (ADRs 40, 42, 65, 68, 102): the claim is one script that takes the leases of all the
 // batch's keys that are not committed, or none when another delivery holds one of them
-// (the claim then waits on that key's release list, as a single claim does, and tries
-// again), so that two overlapping batches never each hold part of the other's keys. The
-// commit is one script that checks every lease, runs the handler's queued commands once
-// and stores every key. On a Redis Cluster a script reaches one hash slot: all the keys
-// of a batch must share one (Config.HashTag must return one tag for them, e.g. the
-// partition or the account the batch is for), or the batch is refused with
-// ErrCrossSlot before anything is claimed.
+// (the claim then joins that key's waiter set, as a single claim does, waits on its
+// release list and tries again), so that two overlapping batches never each hold part
+// of the other's keys. It reads each new key's generation. The commit is one script that
+// checks every lease and generation (a Forget of a key since the claim refuses the
+// commit, ErrLeaseLost), runs the handler's queued commands once, stores every key with
+// the commands that failed, ends the keys' attempts and wakes their waiters; a resend
+// gives the first run's answer. Singles and batches share the keys: a key processed
+// alone is a duplicate in a batch and the other way round, and each wakes the other's
+// waiters. On a Redis Cluster a script reaches one hash slot: all the keys of a batch
+// must share one (Config.HashTag must return one tag for them, e.g. the partition or
+// the account the batch is for), or the batch is refused with ErrCrossSlot before
+// anything is claimed. A batch counts no attempts: inbox.ProcessBatch refuses an Inbox
+// with MaxAttempts.
 
 var (
 	//go:embed lua/claim_batch.lua
@@ -43,6 +49,7 @@ var _ inbox.BatchStore = (*Store)(nil)
 type batchClaims struct {
 	recs []inbox.Record
 	keys []claimKeys
+	gens []string // each key's generation as the claim read it
 }
 
 // ClaimBatch implements inbox.BatchStore. A Redis that cannot be reached fails the
@@ -60,7 +67,7 @@ func (s *Store) ClaimBatch(ctx context.Context, recs []inbox.Record) (inbox.Batc
 			return inbox.BatchClaim{}, fmt.Errorf("redisstore: the batch's key %q is in slot %d, its first key %q in slot %d: %w; nothing was claimed: make Config.HashTag return one tag for the keys of a batch (e.g. the partition it comes from)",
 				recs[i].Key, Slot(keys[i].name(kindClaim)), recs[0].Key, Slot(keys[0].name(kindClaim)), ErrCrossSlot)
 		}
-		scriptKeys = append(scriptKeys, keys[i].name(kindClaim), keys[i].name(kindLease), keys[i].name(kindRelease))
+		scriptKeys = append(scriptKeys, keys[i].name(kindClaim), keys[i].name(kindLease), keys[i].name(kindWaiters))
 	}
 	token := randomToken()
 	start := time.Now()
@@ -81,6 +88,8 @@ func (s *Store) ClaimBatch(ctx context.Context, recs []inbox.Record) (inbox.Batc
 		held, _ := res[1].(int64)
 		left := s.cfg.Wait - time.Since(start)
 		if left <= 0 {
+			// No longer a waiter (best effort, as for a single claim).
+			_ = s.client.SRem(context.WithoutCancel(ctx), keys[held-1].name(kindWaiters), token).Err()
 			return inbox.BatchClaim{}, fmt.Errorf("redisstore: waited %v for the delivery holding the lease of the batch's key %q: %w (raise Config.Wait, or Config.Lease if handlers are slow)",
 				s.cfg.Wait, recs[held-1].Key, inbox.ErrContended)
 		}
@@ -96,7 +105,7 @@ func (s *Store) ClaimBatch(ctx context.Context, recs []inbox.Record) (inbox.Batc
 }
 
 // batchClaim reads the claim script's answer: per key whether it was committed, with
-// its fingerprint; the others are this delivery's.
+// its fingerprint; the others are this delivery's, with their generation.
 func (s *Store) batchClaim(recs []inbox.Record, keys []claimKeys, token string, res []any) (inbox.BatchClaim, error) {
 	if len(res) != 2+2*len(recs) {
 		return inbox.BatchClaim{}, fmt.Errorf("redisstore: the claim script answered %d values for %d keys", len(res), len(recs))
@@ -110,10 +119,11 @@ func (s *Store) batchClaim(recs []inbox.Record, keys []claimKeys, token string, 
 		}
 		fresh.recs = append(fresh.recs, recs[i])
 		fresh.keys = append(fresh.keys, keys[i])
+		fresh.gens = append(fresh.gens, string(bulk(res[3+2*i])))
 	}
 	if len(fresh.recs) > 0 {
 		fence, _ := res[1].(int64)
-		tx := s.newTx(fresh.recs[0], fresh.keys[0], token, fence, "")
+		tx := s.newTx(fresh.recs[0], fresh.keys[0], token, fence, fresh.gens[0])
 		tx.batch = &fresh
 		claim.Tx = tx
 	}
@@ -126,8 +136,9 @@ func (s *Store) ClaimBatchIn(context.Context, any, []inbox.Record) (inbox.BatchC
 	return inbox.BatchClaim{}, fmt.Errorf("redisstore: %w: remove the transaction from the context (inbox.ContextWithTx)", ErrNoJoin)
 }
 
-// commitBatch is Commit for a batch: one script checks every lease, runs the queued
-// commands once and stores every key.
+// commitBatch is Commit for a batch: one script checks every lease and generation, runs
+// the queued commands once, stores every key with the commands that failed, ends the
+// keys' attempts and wakes their waiters; a resend gives the first run's answer.
 func (t *Tx) commitBatch(ctx context.Context, cmds []redis.Cmder) error {
 	b := t.batch
 	argv, handlerKeys, err := t.store.encode(ctx, t.keys, cmds)
@@ -136,10 +147,11 @@ func (t *Tx) commitBatch(ctx context.Context, cmds []redis.Cmder) error {
 	}
 	s := t.store
 	args := []any{t.token, ms(s.cfg.Retention), ms(s.cfg.Lease), len(b.recs), time.Now().UnixMilli(), len(cmds)}
-	keys := make([]string, 0, 3*len(b.recs)+len(handlerKeys))
+	keys := make([]string, 0, 5*len(b.recs)+len(handlerKeys))
 	for i, r := range b.recs {
-		args = append(args, r.Fingerprint, flag(r.Fingerprint != nil))
-		keys = append(keys, b.keys[i].name(kindClaim), b.keys[i].name(kindLease), b.keys[i].name(kindRelease))
+		k := b.keys[i]
+		args = append(args, r.Fingerprint, flag(r.Fingerprint != nil), b.gens[i])
+		keys = append(keys, k.name(kindClaim), k.name(kindLease), k.name(kindRelease), k.name(kindWaiters), k.name(kindAttempts))
 	}
 	args = append(args, argv...)
 	keys = append(keys, handlerKeys...)
@@ -149,23 +161,17 @@ func (t *Tx) commitBatch(ctx context.Context, cmds []redis.Cmder) error {
 	}
 	t.finished = true
 	if status, _ := res[0].(int64); status == 0 {
-		return fmt.Errorf("redisstore: commit refused, nothing applied: another delivery took a key of the batch (raise Config.Lease above the slowest handler): %w", ErrLeaseLost)
+		return fmt.Errorf("redisstore: commit refused, nothing applied: another delivery took a key of the batch (raise Config.Lease above the slowest handler), or Forget deleted one since the claim: %w", ErrLeaseLost)
 	}
-	if len(res) > 1 {
-		failed := make([]string, 0, len(res)-1)
-		for _, r := range res[1:] {
-			failed = append(failed, fmt.Sprint(r))
-		}
-		return fmt.Errorf("redisstore: keys committed, but %w (Redis rolls nothing back; the others were applied): %s", ErrCommandFailed, strings.Join(failed, "; "))
-	}
-	return nil
+	return commandErrors(res)
 }
 
-// releaseBatch is Rollback for a batch: it drops the leases this delivery still holds.
+// releaseBatch is Rollback for a batch: it drops the leases this delivery still holds
+// and wakes their waiters.
 func (t *Tx) releaseBatch(ctx context.Context) error {
 	keys := make([]string, 0, 3*len(t.batch.keys))
 	for _, k := range t.batch.keys {
-		keys = append(keys, k.name(kindClaim), k.name(kindLease), k.name(kindRelease))
+		keys = append(keys, k.name(kindLease), k.name(kindWaiters), k.name(kindRelease))
 	}
 	if err := releaseBatchScript.Run(context.WithoutCancel(ctx), t.store.client, keys, t.token, ms(t.store.cfg.Lease)).Err(); err != nil {
 		return fmt.Errorf("redisstore: releasing the batch's leases (they expire after Config.Lease): %w", err)

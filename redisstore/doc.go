@@ -108,7 +108,15 @@
 // the leases of every key of the batch that is not committed, or none of them when
 // another delivery holds one (the claim then waits on that key, as a single claim does,
 // and tries again), so two overlapping batches never each hold part of the other's
-// keys; one script commits them all with the handler's queued commands. On a Cluster
+// keys; one script commits them all with the handler's queued commands. Batches keep
+// the guarantees of single messages on the same keys: a batch waiting for a key is one
+// of its waiters, woken by any commit, release or Forget of it (and a single delivery
+// waiting for a batch's key is woken by the batch); a Forget of a key since the batch's
+// claim refuses the batch's commit (ErrLeaseLost, nothing applied); the commit stores
+// the commands that failed, ends the keys' attempts, and a resend of any of the three
+// scripts gives the first run's answer. A key processed alone is a duplicate in a batch
+// and the other way round. A batch counts no attempts: inbox.ProcessBatch refuses an
+// Inbox with MaxAttempts (errors.ErrUnsupported). On a Cluster
 // all the keys of a batch, and the handler's, must share one slot: set Config.HashTag
 // to return one tag for a batch's keys (the partition, the account it is for); a batch
 // spanning slots is refused with ErrCrossSlot before anything is claimed. Tx.Fence is

@@ -135,13 +135,14 @@ func TestEveryRoundTripIsSafeToResend(t *testing.T) {
 	}
 }
 
-// resendEnv is a store and an inbox (MaxAttempts 2) on a client whose connections a
+// resendEnv is a store, an inbox (MaxAttempts 2) and one for batches on a client whose connections a
 // breaker breaks, under a prefix of their own.
 type resendEnv struct {
 	ctx     context.Context
 	client  *redis.Client
 	store   *redisstore.Store
 	ib      *inbox.Inbox
+	batches *inbox.Inbox // the same store without MaxAttempts, for batches
 	prefix  string
 	counter string
 }
@@ -153,8 +154,10 @@ func newResendEnv(t *testing.T, b *breaker) resendEnv {
 	require.NoError(t, err)
 	ib, err := inbox.New(inbox.Config{Store: store, Consumer: "billing", MaxAttempts: 2})
 	require.NoError(t, err)
+	batches, err := inbox.New(inbox.Config{Store: store, Consumer: "billing"})
+	require.NoError(t, err)
 	b.writes.Store(0) // Verify's round trips are not the message's
-	return resendEnv{ctx: context.Background(), client: client, store: store, ib: ib, prefix: prefix, counter: prefix + "counter"}
+	return resendEnv{ctx: context.Background(), client: client, store: store, ib: ib, batches: batches, prefix: prefix, counter: prefix + "counter"}
 }
 
 func errorsIs(err, target error) bool { return errors.Is(err, target) }

@@ -99,7 +99,7 @@ func TestBatchScriptsAreIdempotentUnderRetries(t *testing.T) {
 	var keys []string
 	for _, r := range recs {
 		k := s.keys(r.Consumer, r.Key)
-		keys = append(keys, k.name(kindClaim), k.name(kindLease), k.name(kindRelease))
+		keys = append(keys, k.name(kindClaim), k.name(kindLease), k.name(kindWaiters))
 	}
 	claim := func(owner string) []any {
 		res, err := claimBatchScript.Run(ctx, client, keys, owner, ms(s.cfg.Lease), ms(s.cfg.Retention), "0").Slice()
@@ -109,7 +109,7 @@ func TestBatchScriptsAreIdempotentUnderRetries(t *testing.T) {
 	first := claim("owner-a")
 	require.Equal(t, int64(1), first[0], "taken")
 	again := claim("owner-a")
-	require.Equal(t, []any{int64(1), int64(0), nil, int64(0), nil}, []any{again[0], again[2], again[3], again[4], again[5]}, "a resent claim finds its own leases")
+	require.Equal(t, []any{int64(1), int64(0), "", int64(0), ""}, []any{again[0], again[2], again[3], again[4], again[5]}, "a resent claim finds its own leases (no Forget: generation '')")
 	require.Equal(t, []any{int64(0), int64(1)}, claim("owner-b")[:2], "another owner finds the first key held, and takes nothing")
 
 	bc, err := s.batchClaim(recs, []claimKeys{s.keys("billing", "order-1"), s.keys("billing", "order-2")}, "owner-a", first)
