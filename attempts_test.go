@@ -46,12 +46,16 @@ func exerciseAttempts(t *testing.T, f storeFlavour) {
 			release := make(chan struct{})
 			start := make(chan struct{})
 			errs := make([]error, c.racers)
+			firstDone := make(chan struct{}) // the first racer returned
 			var wg sync.WaitGroup
 			for i := range c.racers {
 				peer := newTestInbox(t, fx.peer(t), inbox.Config{MaxAttempts: c.maxAttempts})
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
+					if i == 0 {
+						defer close(firstDone)
+					}
 					<-start
 					_, errs[i] = peer.Process(ctx, "billing", "order-1", func(ctx context.Context) error {
 						if err := fx.ledger.credit(ctx, 1); err != nil {
@@ -64,7 +68,11 @@ func exerciseAttempts(t *testing.T, f storeFlavour) {
 				}()
 				if c.holdFirst && i == 0 {
 					close(start)
-					<-inHandler // the first holds the key; the others queue behind it
+					select {
+					case <-inHandler: // the first holds the key; the others queue behind it
+					case <-firstDone:
+						t.Fatalf("the first delivery returned without reaching its handler: %v", errs[0])
+					}
 					start = make(chan struct{})
 				}
 			}
