@@ -22,7 +22,7 @@ import (
 // exerciseAttempts is the part of the conformance suite about Config.MaxAttempts: only
 // attempts whose process died count, never concurrent duplicates that fail cleanly.
 func exerciseAttempts(t *testing.T, f storeFlavour) {
-	ctx := context.Background()
+	ctx := f.context() // the tenant flavours' tenant
 
 	// Issue 19, defect 1: four deliveries of one message race, and each fails cleanly.
 	// The count read before the claim waited made the last one look poisoned.
@@ -116,7 +116,7 @@ func exerciseAttempts(t *testing.T, f storeFlavour) {
 			defer time.Sleep(20 * time.Millisecond)
 			return time.Now()
 		}
-		require.Zero(t, crashedAttempt(t, fx.store, "billing", "order-1"))
+		require.Zero(t, crashedAttempt(t, ctx, fx.store, "billing", "order-1"))
 		afterCrash := between()
 		dup, err := creditOnce(ctx, ib, fx.ledger, "billing", "order-1", 1)
 		require.NoError(t, err, "one crash, MaxAttempts 2")
@@ -168,12 +168,12 @@ func attemptOf(consumer, key string) inbox.Record {
 // crashedAttempt leaves an attempt of consumer's key that started and never ended, as a
 // process that died mid-handler does (crash_test.go kills real processes): its claim is
 // abandoned. It returns the attempts the claim found unfinished before it.
-func crashedAttempt(t *testing.T, store inbox.Store, consumer, key string) int {
+func crashedAttempt(t *testing.T, ctx context.Context, store inbox.Store, consumer, key string) int {
 	t.Helper()
-	claim, err := store.Claim(context.Background(), attemptOf(consumer, key))
+	claim, err := store.Claim(ctx, attemptOf(consumer, key))
 	require.NoError(t, err)
 	require.False(t, claim.Duplicate, "only a new key's attempt can crash")
-	require.NoError(t, claim.Tx.Abandon(context.Background()))
+	require.NoError(t, claim.Tx.Abandon(ctx))
 	return claim.Unfinished
 }
 

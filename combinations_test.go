@@ -195,14 +195,14 @@ func exerciseCombinations(t *testing.T, f storeFlavour) {
 		t.Parallel()
 		fx := f.open(t, storeOpts{})
 		for i := range 5 { // crashed attempts: attempt rows without keys
-			crashedAttempt(t, fx.store, "billing", fmt.Sprint("crashed-", i))
+			crashedAttempt(t, f.context(), fx.store, "billing", fmt.Sprint("crashed-", i))
 		}
 		time.Sleep(20 * time.Millisecond)
 		purged, err := inbox.Purge(ctx, fx.store, inbox.PurgeConfig{OlderThan: time.Millisecond, Force: true, BatchSize: 2})
 		require.NoError(t, err)
 		require.Zero(t, purged, "no key committed")
 		for i := range 5 {
-			require.Zero(t, crashedAttempt(t, fx.store, "billing", fmt.Sprint("crashed-", i)), "the attempt of crashed-%d was purged", i)
+			require.Zero(t, crashedAttempt(t, f.context(), fx.store, "billing", fmt.Sprint("crashed-", i)), "the attempt of crashed-%d was purged", i)
 		}
 	})
 
@@ -214,7 +214,7 @@ func exerciseCombinations(t *testing.T, f storeFlavour) {
 		fx := f.open(t, storeOpts{})
 		ib := newTestInbox(t, fx.store, inbox.Config{MaxAttempts: 1})
 		for i := range 5 { // older crashed attempts, which a purge batch meets first
-			crashedAttempt(t, fx.store, "billing", fmt.Sprint("crashed-", i))
+			crashedAttempt(t, f.context(), fx.store, "billing", fmt.Sprint("crashed-", i))
 		}
 		time.Sleep(5 * time.Millisecond)
 		_, err := creditOnce(ctx, ib, fx.ledger, "billing", "order-1", 1)

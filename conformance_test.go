@@ -351,7 +351,7 @@ func exerciseStore(t *testing.T, f storeFlavour) {
 	t.Run("AttemptsCountCrashes", func(t *testing.T) {
 		fx, _ := setup(t)
 		for want := range 3 {
-			require.Equal(t, want, crashedAttempt(t, fx.store, "billing", "order-14"))
+			require.Equal(t, want, crashedAttempt(t, f.context(), fx.store, "billing", "order-14"))
 		}
 		claim, err := fx.store.Claim(ctx, attemptOf("billing", "order-14"))
 		require.NoError(t, err)

@@ -212,7 +212,7 @@ func TestErrorsSayInboxOnce(t *testing.T) {
 		collect(err)
 		_, err = ib.Middleware(func(*message.Message) ([]*message.Message, error) { return nil, nil })(message.NewMessage("", nil))
 		collect(err)
-		crashedAttempt(t, s, "billing", "order-5")
+		crashedAttempt(t, context.Background(), s, "billing", "order-5")
 		_, err = ib.Process(ctx, "billing", "order-5", func(context.Context) error { return nil })
 		collect(err)
 		require.ErrorIs(t, err, inbox.ErrTooManyAttempts)

@@ -200,7 +200,7 @@ func TestObserver_ClaimWaitOnFailures(t *testing.T) {
 		obs := &observations{}
 		store := newPgxStore(t, pool, inbox.PostgresConfig{})
 		ib := newTestInbox(t, store, inbox.Config{Observer: obs, MaxAttempts: 1})
-		crashedAttempt(t, store, "billing", "order-1")
+		crashedAttempt(t, context.Background(), store, "billing", "order-1")
 		_, err := ib.Middleware(func(*message.Message) ([]*message.Message, error) {
 			t.Error("the handler of a poisoned message ran")
 			return nil, nil

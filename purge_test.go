@@ -96,8 +96,8 @@ func TestPurge_DeletesOldKeysInBoundedBatches(t *testing.T) {
 	f.process(t, "new", 3)
 	require.Zero(t, f.attempts(t), "a committed attempt leaves no row")
 	for i := range 3 { // attempts that crashed: rows that stay until a purge
-		crashedAttempt(t, f.store, "old", fmt.Sprint("crashed-", i))
-		crashedAttempt(t, f.store, "new", fmt.Sprint("crashed-", i))
+		crashedAttempt(t, context.Background(), f.store, "old", fmt.Sprint("crashed-", i))
+		crashedAttempt(t, context.Background(), f.store, "new", fmt.Sprint("crashed-", i))
 	}
 	f.age(t, "old", 40*24*time.Hour)
 

@@ -3,6 +3,7 @@ package inbox_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -153,6 +154,8 @@ func TestRemovedTenantClosesAfterItsTransactions(t *testing.T) {
 	<-inHandler
 	removed := make(chan error, 1)
 	go func() { removed <- ts.Remove(context.Background(), "tenant-a") }()
+	require.Eventually(t, func() bool { return !slices.Contains(ts.Open(), "tenant-a") }, 10*time.Second, time.Millisecond,
+		"Remove forgets the tenant at once, before its store drains")
 	// The next call opens the tenant again, beside the old store that drains.
 	dup, err := ib.Process(ctx, "billing", "order-2", func(context.Context) error { return nil })
 	require.NoError(t, err)
