@@ -117,7 +117,7 @@ func exerciseFaultAxis(t *testing.T, f storeFlavour) {
 		require.NotEmpty(t, fx.faults.steps, "the flavour declares no fault steps")
 		for i, c := range faultCases(fx.faults.steps) {
 			t.Run(c.name(), func(t *testing.T) {
-				r := &faultRun{t: t, fx: fx, c: c, consumer: fmt.Sprint("axis-", i), key: fmt.Sprint("order-", i)}
+				r := &faultRun{t: t, f: f, fx: fx, c: c, consumer: fmt.Sprint("axis-", i), key: fmt.Sprint("order-", i)}
 				r.run()
 			})
 		}
@@ -133,6 +133,7 @@ func exerciseFaultAxis(t *testing.T, f storeFlavour) {
 // faultRun delivers one message of a faultCase.
 type faultRun struct {
 	t             *testing.T
+	f             storeFlavour // its tenant, if any, goes in each delivery's context and metadata
 	fx            fixture
 	c             faultCase
 	consumer, key string
@@ -143,14 +144,14 @@ type faultRun struct {
 // deliver runs the message through an inbox over store, as a Router would; fails says
 // whether the handler fails cleanly this time.
 func (r *faultRun) deliver(ib *inbox.Inbox, fails bool) (out []*message.Message, dup bool, err error) {
-	ctx, cancel := context.WithTimeout(context.Background(), faultAxisDeliveryTime)
+	ctx, cancel := context.WithTimeout(r.f.context(), faultAxisDeliveryTime)
 	defer cancel()
 	defer func() {
 		if ctx.Err() != nil {
 			r.t.Logf("a delivery ran past its %v deadline (a server did not answer): nacked, it comes again: %v", faultAxisDeliveryTime, err)
 		}
 	}()
-	msg := message.NewMessage(r.key, []byte(`{"amount":1}`))
+	msg := r.f.message(r.key, []byte(`{"amount":1}`))
 	msg.SetContext(ctx)
 	out, err = ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
 		r.calls.Add(1)
@@ -264,7 +265,7 @@ func (r *faultRun) requireAppliedOnce(creditsBefore int) {
 	t := r.t
 	_, credits := r.fx.ledger.balance(t)
 	require.Equal(t, 1, credits-creditsBefore, "credits of the message (0: lost; 2 or more: applied twice)")
-	require.EqualValues(t, 1, consumerKeys(t, r.fx.store, r.consumer), "keys stored for the message")
+	require.EqualValues(t, 1, consumerKeys(t, r.f.context(), r.fx.store, r.consumer), "keys stored for the message (of the case's tenant, with one)")
 	calls := r.calls.Load()
 	out, dup, err := r.deliver(r.inbox(r.fx.store), false)
 	require.NoError(t, err)
@@ -273,9 +274,9 @@ func (r *faultRun) requireAppliedOnce(creditsBefore int) {
 	require.Equal(t, calls, r.calls.Load(), "the duplicate reached the handler")
 }
 
-// consumerKeys returns how many keys store holds for consumer.
-func consumerKeys(t *testing.T, store inbox.Store, consumer string) int64 {
-	stats, err := store.Stats(context.Background())
+// consumerKeys returns how many keys store holds for consumer (in ctx's tenant, with one).
+func consumerKeys(t *testing.T, ctx context.Context, store inbox.Store, consumer string) int64 {
+	stats, err := store.Stats(ctx)
 	require.NoError(t, err)
 	for _, s := range stats {
 		if s.Consumer == consumer {

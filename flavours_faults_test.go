@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -73,53 +74,87 @@ func (nf *netFaults) dial() dialFunc {
 }
 
 // pgFaultSteps are the steps of the PostgreSQL stores (pgx and database/sql) on table,
-// whose handler inserts into ledger (quoted).
-func pgFaultSteps(table, ledger string) map[faultStep]netfault.Step {
-	t := pgx.Identifier{table}.Sanitize()
-	a := pgx.Identifier{table + "_attempts"}.Sanitize()
+// whose handler inserts into ledger (both quoted, qualified by their schema when they
+// have one).
+//
+// The attempt's start (MaxAttempts) is an INSERT into <table>_attempts that first takes
+// the attempt's session lock (ADR 60). On pgx over a pool or one connection it is folded
+// into the claim's simple query ("BEGIN; ... INSERT attempt ...; COMMIT; BEGIN; INSERT
+// key"): there attempt-start strikes on the same round trip as the claim, after the
+// reply when both ran, before sending when neither did; it is no separate round trip,
+// and the axis runs it all the same, so that a flavour where it is separate (a session
+// whose settings refuse the folded claim, database/sql) gets it. A clean end deletes the
+// row before it unlocks (a rollback's pipeline on pgx, a statement of its own on
+// database/sql): attempt-end is that DELETE. A commit deletes the row in the key's
+// transaction, before the COMMIT.
+func pgFaultSteps(t, ledger string) map[faultStep]netfault.Step {
+	a := strings.TrimSuffix(t, `"`) + `_attempts"`
 	claim := netfault.Contains("INSERT INTO " + t + " (")
 	return map[faultStep]netfault.Step{
-		stepClaim:   {Match: claim},
-		stepHandler: {Match: netfault.Contains("INSERT INTO " + ledger + " (")},
-		stepOutput:  {Match: netfault.Contains("UPDATE " + t + " SET output")},
-		stepCommit:  {Match: netfault.Equal("commit"), After: claim},
-		// pgx sends the start's BEGIN, INSERT and COMMIT in one batch, which the reply
-		// ends; database/sql sends the INSERT alone.
-		stepAttemptStart: {Match: netfault.Contains("INSERT INTO " + a)},
-		stepAttemptEnd:   {Match: netfault.Contains("UPDATE " + a + " SET ended")},
+		stepClaim:        {Match: claim},
+		stepHandler:      {Match: netfault.Contains("INSERT INTO " + ledger + " (")},
+		stepOutput:       {Match: netfault.Contains("UPDATE " + t + " SET output")},
+		stepCommit:       {Match: netfault.Equal("commit"), After: claim},
+		stepAttemptStart: {Match: netfault.Contains("INSERT INTO " + a + " (")},
+		stepAttemptEnd:   {Match: netfault.Contains("DELETE FROM " + a + " WHERE")},
 	}
+}
+
+// pgFaultTable is a PostgreSQL table's quoted name, as the stores write it.
+func pgFaultTable(schema, table string) string {
+	if schema == "" {
+		return pgx.Identifier{table}.Sanitize()
+	}
+	return pgx.Identifier{schema, table}.Sanitize()
 }
 
 // mysqlFaultSteps are the steps of MySQLStore on table, whose handler inserts into
 // ledger (quoted).
+//
+// The attempt's start is one statement, autocommitted, on the connection that then
+// claims: an INSERT into <table>_attempts whose WHERE takes the attempt's named lock
+// (MariaDB, MySQL), or the same INSERT after a SELECT GET_LOCK of its own (Vitess, TiDB);
+// attempt-start is that INSERT. A clean end deletes the row, then releases the lock:
+// attempt-end is the DELETE.
 func mysqlFaultSteps(table, ledger string) map[faultStep]netfault.Step {
 	t := "`" + table + "`"
 	a := "`" + table + "_attempts`"
 	claim := netfault.Contains("INSERT INTO " + t + " (")
 	return map[faultStep]netfault.Step{
-		stepClaim:   {Match: claim},
-		stepHandler: {Match: netfault.Contains("INSERT INTO " + ledger + " (")},
-		stepOutput:  {Match: netfault.Contains("UPDATE " + t + " SET `output`")},
-		stepCommit:  {Match: netfault.Equal("COMMIT"), After: claim},
-		// The start is an INSERT and a read in a short transaction: its COMMIT.
-		stepAttemptStart: {Match: netfault.Equal("COMMIT"), After: netfault.Contains("INSERT INTO " + a)},
-		stepAttemptEnd:   {Match: netfault.Contains("UPDATE " + a + " SET `ended`")},
+		stepClaim:        {Match: claim},
+		stepHandler:      {Match: netfault.Contains("INSERT INTO " + ledger + " (")},
+		stepOutput:       {Match: netfault.Contains("UPDATE " + t + " SET `output`")},
+		stepCommit:       {Match: netfault.Equal("COMMIT"), After: claim},
+		stepAttemptStart: {Match: netfault.Contains("INSERT INTO " + a + " (")},
+		stepAttemptEnd:   {Match: netfault.Contains("DELETE FROM " + a + " WHERE")},
 	}
 }
 
 // redisFaultSteps are the steps of a redisstore.Store under prefix, and of an
-// ExpiringKeyRepository under dedupPrefix. The handler's commands and the output go
-// in the commit script: those steps are the commit's.
+// ExpiringKeyRepository under dedupPrefix (none when it is empty). The handler's
+// commands and the output go in the commit script: those steps are the commit's.
+//
+// The attempt's start is start.lua, sent in the claim's pipeline after the lease's SET
+// (one round trip with the claim, its own command and reply). A clean end is
+// release.lua with the attempt's token as its last argument (a panic's Abandon sends ""
+// there, and leaves the attempt unfinished); EndAttempt's end.lua runs only when an end
+// is uncertain, and is matched too.
 func redisFaultSteps(t testing.TB, prefix, dedupPrefix string) map[faultStep]netfault.Step {
-	// The attempt starts in the claim pipeline (start.lua) and a clean failure ends it
-	// in the release script (release.lua), which carries the attempt's token (ADR 66).
-	return map[faultStep]netfault.Step{
+	evalsha := func(script string) string { return "evalsha " + redisScriptSHA(t, script) + " " }
+	release, end := evalsha("release.lua"), evalsha("end.lua")
+	steps := map[faultStep]netfault.Step{
 		stepClaim:        {Match: netfault.HasPrefix("set " + prefix + "l:")},
-		stepCommit:       {Match: netfault.HasPrefix("evalsha " + redisScriptSHA(t, "commit.lua") + " ")},
-		stepAttemptStart: {Match: netfault.HasPrefix("evalsha " + redisScriptSHA(t, "start.lua") + " 3 " + prefix + "s:")},
-		stepAttemptEnd:   {Match: netfault.HasPrefix("evalsha " + redisScriptSHA(t, "release.lua") + " 4 " + prefix + "l:")},
-		stepDedup:        {Match: netfault.HasPrefix("evalsha " + redisScriptSHA(t, "dedup.lua") + " 1 " + dedupPrefix)}, // the check carries a token (ADR 69)
+		stepCommit:       {Match: netfault.HasPrefix(evalsha("commit.lua"))},
+		stepAttemptStart: {Match: netfault.HasPrefix(evalsha("start.lua") + "3 " + prefix + "s:")},
+		stepAttemptEnd: {Match: func(c string) bool {
+			return strings.HasPrefix(c, release+"4 "+prefix+"l:") && !strings.HasSuffix(c, " ") ||
+				strings.HasPrefix(c, end+"4 "+prefix+"s:")
+		}},
 	}
+	if dedupPrefix != "" {
+		steps[stepDedup] = netfault.Step{Match: netfault.HasPrefix(evalsha("dedup.lua") + "1 " + dedupPrefix)}
+	}
+	return steps
 }
 
 // forRedis declares the steps of a Redis flavour's store under prefix, on client, and

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/watermill-inbox/inbox"
+	"github.com/watermill-inbox/inbox/internal/netfault"
 	"github.com/watermill-inbox/inbox/redisstore"
 )
 
@@ -59,9 +60,10 @@ func pgDatabasesFixture(t *testing.T, opts storeOpts) fixture {
 	ctx := context.Background()
 	dbs := pgTenantDatabases(t)
 	table := tableName("inbox")
+	nf := newNetFaults(opts, netfault.Postgres)
 	open := func(t *testing.T) inbox.Store {
 		return newTenantStore(t, func(ctx context.Context, i int) (inbox.Tenant, error) {
-			pool, err := newPgxPool(ctx, pgDSNOn(t, dbs[i], nil))
+			pool, err := newPgxPool(ctx, pgDSNOn(t, dbs[i], nil), nf.dial())
 			if err != nil {
 				return inbox.Tenant{}, err
 			}
@@ -83,8 +85,12 @@ func pgDatabasesFixture(t *testing.T, opts storeOpts) fixture {
 		})
 	}
 	b := pools[1]
+	ledger := newPgLedger(t, b)
+	if nf != nil {
+		nf.steps = pgFaultSteps(pgFaultTable("", table), ledger.table)
+	}
 	return fixture{
-		store: store, handle: pooled, ledger: newPgLedger(t, b), lock: pgLockProbe,
+		store: store, handle: pooled, ledger: ledger, lock: pgLockProbe, faults: nf,
 		peer:       open,
 		begin:      pgxBegin(b),
 		beginOther: func(t *testing.T) (any, func(bool) error) { return pgxBegin(pgPoolWith(t, pgDSNOn(t, dbs[1], nil)))(t) },
@@ -99,7 +105,7 @@ func pgDatabasesMissing(t *testing.T) inbox.Store {
 		newPgxStore(t, pgPoolWith(t, pgDSNOn(t, db, nil)), inbox.PostgresConfig{Table: table})
 	}
 	return newTenantStore(t, func(ctx context.Context, i int) (inbox.Tenant, error) {
-		pool, err := newPgxPool(ctx, pgDSNOn(t, dbs[i], nil))
+		pool, err := newPgxPool(ctx, pgDSNOn(t, dbs[i], nil), nil)
 		if err != nil {
 			return inbox.Tenant{}, err
 		}
@@ -122,9 +128,17 @@ func bouncedPg(t testing.TB) string {
 func pgSchemasFixture(viaSQL bool, dsn func(t testing.TB) string) func(t *testing.T, opts storeOpts) fixture {
 	return func(t *testing.T, opts storeOpts) fixture {
 		ctx := context.Background()
-		openDB := func(t testing.TB) *sql.DB { return openSQL(t, "pgx", dsn(t), "PostgreSQL", "INBOX_POSTGRES_DSN") }
+		nf := newNetFaults(opts, netfault.Postgres)
+		openDB := func(t testing.TB) *sql.DB {
+			d := dsn(t)
+			if nf != nil {
+				d = pgxDialDSN(t, d, nf.dial())
+			}
+			return openSQL(t, "pgx", d, "PostgreSQL", "INBOX_POSTGRES_DSN")
+		}
+		openPool := func(t testing.TB) *pgxpool.Pool { return pgPoolDial(t, dsn(t), nf.dial()) }
 		schemas := tenantSchemas(t)
-		pool := pgPoolWith(t, dsn(t))
+		pool := openPool(t)
 		db := openDB(t)
 		newStore := func(pool *pgxpool.Pool, db *sql.DB) inbox.Store {
 			return newTenantStore(t, func(_ context.Context, i int) (inbox.Tenant, error) {
@@ -145,10 +159,13 @@ func pgSchemasFixture(viaSQL bool, dsn func(t testing.TB) string) func(t *testin
 		b := pgx.Identifier{schemas[1]}.Sanitize()
 		// An owner's transaction on the tenant sets its search_path, as the store's own do.
 		setPath := `SET LOCAL search_path TO ` + b + `, public`
+		if nf != nil { // the case tenant's tables, qualified as the stores write them; the handler's ledger unqualified
+			nf.steps = pgFaultSteps(pgFaultTable(schemas[1], "inbox"), `"ledger"`)
+		}
 		fx := fixture{
-			store: store, handle: pooled, lock: pgLockProbe,
+			store: store, handle: pooled, lock: pgLockProbe, faults: nf,
 			ledger: pgLedger{pool: pool, table: b + `."ledger"`, write: `"ledger"`},
-			peer:   func(t *testing.T) inbox.Store { return newStore(pgPoolWith(t, dsn(t)), openDB(t)) },
+			peer:   func(t *testing.T) inbox.Store { return newStore(openPool(t), openDB(t)) },
 			begin:  withStatement(pgxBegin(pool), setPath),
 			beginOther: func(t *testing.T) (any, func(bool) error) {
 				return withStatement(pgxBegin(pgPoolWith(t, dsn(t))), setPath)(t)
@@ -209,9 +226,14 @@ func mariaDatabasesFixture(t *testing.T, opts storeOpts) fixture {
 	ctx := context.Background()
 	dbs := mariaTenantDatabases(t)
 	table := tableName("inbox")
+	nf := newNetFaults(opts, netfault.MySQL)
 	open := func(t *testing.T) inbox.Store {
 		return newTenantStore(t, func(_ context.Context, i int) (inbox.Tenant, error) {
-			db, err := sql.Open("mysql", mariaDSNOn(t, dbs[i]))
+			dsn := mariaDSNOn(t, dbs[i])
+			if nf != nil {
+				dsn = mysqlDialDSN(t, dsn, nf.dial())
+			}
+			db, err := sql.Open("mysql", dsn)
 			if err != nil {
 				return inbox.Tenant{}, err
 			}
@@ -229,8 +251,12 @@ func mariaDatabasesFixture(t *testing.T, opts storeOpts) fixture {
 		})
 	}
 	b := handles[1]
+	ledger := newSQLLedger(t, b, true)
+	if nf != nil {
+		nf.steps = mysqlFaultSteps(table, ledger.table)
+	}
 	return fixture{
-		store: store, handle: pooled, ledger: newSQLLedger(t, b, true), lock: myLockProbe,
+		store: store, handle: pooled, ledger: ledger, lock: myLockProbe, faults: nf,
 		peer:  open,
 		begin: sqlBegin(b),
 		beginOther: func(t *testing.T) (any, func(bool) error) {
@@ -257,8 +283,13 @@ func mariaDatabasesMissing(t *testing.T) inbox.Store {
 }
 
 // redisPrefixesFixture: a key prefix per tenant on one Redis client.
+//
+// The Deduplicator's repository is not routed by tenant (it takes a client and a
+// prefix of its own): the tenant flavour declares no dedup step; the Redis flavours
+// run it.
 func redisPrefixesFixture(t *testing.T, opts storeOpts) fixture {
-	client := redisClient(t)
+	nf := newNetFaults(opts, netfault.RESP)
+	client := redisClientDial(t, nf.dial())
 	prefix := redisPrefix(t, client)
 	open := func(t *testing.T) inbox.Store {
 		return newTenantStore(t, func(_ context.Context, i int) (inbox.Tenant, error) {
@@ -267,5 +298,8 @@ func redisPrefixesFixture(t *testing.T, opts storeOpts) fixture {
 		})
 	}
 	store := open(t)
-	return fixture{store: store, ledger: redisLedger{client: client, key: prefix + caseTenant + ":ledger"}, peer: open}
+	if nf != nil {
+		nf.steps = redisFaultSteps(t, prefix+caseTenant+":", "")
+	}
+	return fixture{store: store, ledger: redisLedger{client: client, key: prefix + caseTenant + ":ledger"}, peer: open, faults: nf}
 }

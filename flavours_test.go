@@ -296,7 +296,7 @@ func pgxFixture(t *testing.T, dsn string, handle handleKind, opts storeOpts) fix
 	store := newPgxStore(t, pool, cfg)
 	ledger := newPgLedger(t, pool)
 	if nf != nil {
-		nf.steps = pgFaultSteps(cfg.Table, ledger.table)
+		nf.steps = pgFaultSteps(pgFaultTable("", cfg.Table), ledger.table)
 	}
 	fx := fixture{
 		store: store, handle: handle, ledger: ledger, lock: pgLockProbe, faults: nf,
@@ -384,7 +384,7 @@ func sqlFixture(t *testing.T, open sqlOpener, handle handleKind, mysql bool, opt
 		fx.lock = myLockProbe
 	}
 	if nf != nil {
-		nf.steps = pgFaultSteps(table, ledger.table)
+		nf.steps = pgFaultSteps(pgFaultTable("", table), ledger.table)
 		if mysql {
 			nf.steps = mysqlFaultSteps(table, ledger.table)
 		}

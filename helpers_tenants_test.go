@@ -225,12 +225,16 @@ func mariaDSNOn(t testing.TB, db string) string {
 	return cfg.FormatDSN()
 }
 
-// newPgxPool opens a pool on dsn for a tenant store (closed by Tenant.Close).
-func newPgxPool(ctx context.Context, dsn string) (*pgxpool.Pool, error) {
+// newPgxPool opens a pool on dsn for a tenant store (closed by Tenant.Close), dialling
+// through dial unless it is nil.
+func newPgxPool(ctx context.Context, dsn string, dial dialFunc) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, err
 	}
 	cfg.MaxConns = 8
+	if dial != nil {
+		cfg.ConnConfig.DialFunc = dial
+	}
 	return pgxpool.NewWithConfig(ctx, cfg)
 }

@@ -47,7 +47,7 @@ func openPgDatabasesShape(t *testing.T) tenantSetup {
 	dbs := pgTenantDatabases(t)
 	table, ledgerTable := tableName("inbox"), tableName("ledger")
 	ts := newTenantStore(t, func(ctx context.Context, i int) (inbox.Tenant, error) {
-		pool, err := newPgxPool(ctx, pgDSNOn(t, dbs[i], nil))
+		pool, err := newPgxPool(ctx, pgDSNOn(t, dbs[i], nil), nil)
 		if err != nil {
 			return inbox.Tenant{}, err
 		}
