@@ -145,13 +145,16 @@ func checkAttemptsSQL(db SQLDB, inTx bool, level string) error {
 }
 
 // checkAttempts implements attemptChecker.
-func (s *SQLPostgresStore) checkAttempts() error {
+func (s *SQLPostgresStore) checkAttempts(ctx context.Context) error {
 	a := pgSQLAttempts{s}
-	return checkAttemptsSQL(s.db, a.countInTx(), s.cfg.Isolation.String())
+	if err := checkAttemptsSQL(s.db, a.countInTx(), s.cfg.Isolation.String()); err != nil {
+		return err
+	}
+	return s.pooler.attempts(ctx)
 }
 
 // checkAttempts implements attemptChecker.
-func (s *MySQLStore) checkAttempts() error {
+func (s *MySQLStore) checkAttempts(context.Context) error {
 	a := mysqlAttempts{s}
 	return checkAttemptsSQL(s.db, a.countInTx(), s.cfg.Isolation.String())
 }

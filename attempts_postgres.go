@@ -140,14 +140,14 @@ func (s *PostgresStore) attemptsUnsupported() error {
 }
 
 // checkAttempts implements attemptChecker.
-func (s *PostgresStore) checkAttempts() error {
+func (s *PostgresStore) checkAttempts(ctx context.Context) error {
 	if s.pin == nil {
 		return s.attemptsUnsupported()
 	}
 	if _, pool := s.db.(*pgxpool.Pool); !pool && !s.countInTx {
 		return fmt.Errorf("MaxAttempts over a single connection (%T) needs PostgresConfig.TxOptions at READ COMMITTED: at %s the claim's snapshot predates its wait, and the count of dead attempts must then run on a second connection; use a *pgxpool.Pool, or READ COMMITTED", s.db, s.cfg.TxOptions.IsoLevel)
 	}
-	return nil
+	return s.pooler.attempts(ctx)
 }
 
 // pgxQueryer is what a pgx.Tx and a *pgx.Conn share for the count.

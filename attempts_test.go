@@ -41,6 +41,7 @@ func exerciseAttempts(t *testing.T, f storeFlavour) {
 		t.Run("ConcurrentCleanFailuresAreNotCrashes/"+c.name, func(t *testing.T) {
 			t.Parallel()
 			fx := f.open(t, storeOpts{})
+			f.skipRefusedAttempts(t, fx.store)
 			boom := errors.New("provider timed out")
 			inHandler := make(chan struct{}, c.racers)
 			release := make(chan struct{})
@@ -110,6 +111,7 @@ func exerciseAttempts(t *testing.T, f storeFlavour) {
 		}
 		t.Parallel()
 		fx := f.open(t, storeOpts{})
+		f.skipRefusedAttempts(t, fx.store)
 		ib := newTestInbox(t, fx.store, inbox.Config{MaxAttempts: 2})
 		between := func() time.Time { // a cutoff between what came before and what comes after
 			time.Sleep(20 * time.Millisecond)
@@ -142,6 +144,7 @@ func exerciseAttempts(t *testing.T, f storeFlavour) {
 	t.Run("ManyCleanFailuresInARow", func(t *testing.T) {
 		t.Parallel()
 		fx := f.open(t, storeOpts{})
+		f.skipRefusedAttempts(t, fx.store)
 		ib := newTestInbox(t, fx.store, inbox.Config{MaxAttempts: 2})
 		for i := range 5 {
 			_, err := ib.Process(ctx, "billing", "order-1", func(context.Context) error { return fmt.Errorf("failure %d", i) })

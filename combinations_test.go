@@ -37,6 +37,7 @@ func exerciseCombinations(t *testing.T, f storeFlavour) {
 			}
 			t.Parallel()
 			fx := f.open(t, storeOpts{})
+			f.skipRefusedAttempts(t, fx.store)
 			ib := newTestInbox(t, fx.store, inbox.Config{MaxAttempts: 2})
 			begin := src.begin(fx)
 			// Counting beside the joined transaction needs a connection that is not its own.
@@ -194,6 +195,7 @@ func exerciseCombinations(t *testing.T, f storeFlavour) {
 		}
 		t.Parallel()
 		fx := f.open(t, storeOpts{})
+		f.skipRefusedAttempts(t, fx.store)
 		for i := range 5 { // crashed attempts: attempt rows without keys
 			crashedAttempt(t, f.context(), fx.store, "billing", fmt.Sprint("crashed-", i))
 		}
@@ -212,6 +214,7 @@ func exerciseCombinations(t *testing.T, f storeFlavour) {
 		}
 		t.Parallel()
 		fx := f.open(t, storeOpts{})
+		f.skipRefusedAttempts(t, fx.store)
 		ib := newTestInbox(t, fx.store, inbox.Config{MaxAttempts: 1})
 		for i := range 5 { // older crashed attempts, which a purge batch meets first
 			crashedAttempt(t, f.context(), fx.store, "billing", fmt.Sprint("crashed-", i))
@@ -230,6 +233,7 @@ func exerciseCombinations(t *testing.T, f storeFlavour) {
 	t.Run("StoredResultWithTheOtherFeatures", func(t *testing.T) {
 		t.Parallel()
 		fx := f.open(t, storeOpts{lockTimeout: time.Second})
+		f.skipRefusedAttempts(t, fx.store)
 		counting := newTestInbox(t, fx.store, inbox.Config{MaxAttempts: 2})
 		plain := newTestInbox(t, fx.store, inbox.Config{})
 		result := []byte{0, 0xff, 'o', 'k'}

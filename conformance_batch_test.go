@@ -351,6 +351,7 @@ func exerciseBatches(t *testing.T, f storeFlavour) {
 
 	t.Run("BatchWithMaxAttemptsIsRefused", func(t *testing.T) {
 		fx, _ := setup(t)
+		f.skipRefusedAttempts(t, fx.store)
 		ib := newTestInbox(t, fx.store, inbox.Config{MaxAttempts: 3})
 		_, err := ib.ProcessBatch(ctx, "billing", items("a"), func(context.Context, []int) error { return nil })
 		require.ErrorIs(t, err, errors.ErrUnsupported)

@@ -115,7 +115,13 @@ func exerciseFaultAxis(t *testing.T, f storeFlavour) {
 		fx := f.open(t, storeOpts{faults: true})
 		require.NotNil(t, fx.faults, "the flavour ignored storeOpts.faults: dial its connections through a netfault.Injector and declare its steps (flavours_faults_test.go)")
 		require.NotEmpty(t, fx.faults.steps, "the flavour declares no fault steps")
+		if f.caps.attemptsRefused {
+			t.Run("MaxAttemptsRefused", func(t *testing.T) { f.skipRefusedAttempts(t, fx.store) })
+		}
 		for i, c := range faultCases(fx.faults.steps) {
+			if c.maxAttempts > 0 && f.caps.attemptsRefused {
+				continue // refused behind the pooler: MaxAttemptsRefused checked it
+			}
 			t.Run(c.name(), func(t *testing.T) {
 				r := &faultRun{t: t, f: f, fx: fx, c: c, consumer: fmt.Sprint("axis-", i), key: fmt.Sprint("order-", i)}
 				r.run()

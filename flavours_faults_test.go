@@ -94,9 +94,25 @@ func pgFaultSteps(t, ledger string) map[faultStep]netfault.Step {
 		stepClaim:        {Match: claim},
 		stepHandler:      {Match: netfault.Contains("INSERT INTO " + ledger + " (")},
 		stepOutput:       {Match: netfault.Contains("UPDATE " + t + " SET output")},
-		stepCommit:       {Match: netfault.Equal("commit"), After: claim},
+		stepCommit:       {Match: statement("commit"), After: claim},
 		stepAttemptStart: {Match: netfault.Contains("INSERT INTO " + a + " (")},
 		stepAttemptEnd:   {Match: netfault.Contains("DELETE FROM " + a + " WHERE")},
+	}
+}
+
+// statement matches a command that is stmt (ignoring case and surrounding space), or
+// that holds it as one of its ';'-separated statements: pgx in simple_protocol mode
+// sends a batch as one query ("UPDATE ... output; DELETE ...; commit; SELECT
+// pg_advisory_unlock(...)"), where the output, the attempt's end and the COMMIT are one
+// round trip.
+func statement(stmt string) netfault.Match {
+	return func(c string) bool {
+		for _, s := range strings.Split(c, ";") {
+			if strings.EqualFold(strings.TrimSpace(s), stmt) {
+				return true
+			}
+		}
+		return false
 	}
 }
 

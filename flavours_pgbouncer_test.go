@@ -6,6 +6,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
 
 	"github.com/watermill-inbox/inbox"
@@ -45,6 +46,7 @@ func pgbouncerPgxFlavour(name string, handle handleKind, mode string) storeFlavo
 	settings := map[string]string{"default_query_exec_mode": mode}
 	return storeFlavour{
 		name: name,
+		caps: caps{attemptsRefused: true},
 		open: func(t *testing.T, opts storeOpts) fixture {
 			return pgxFixture(t, pgbouncerDSN(t, settings), handle, opts)
 		},
@@ -69,6 +71,7 @@ func pgbouncerSQLFlavour(name string, handle handleKind, mode string) storeFlavo
 	}
 	return storeFlavour{
 		name: name,
+		caps: caps{attemptsRefused: true},
 		open: func(t *testing.T, opts storeOpts) fixture {
 			return sqlFixture(t, open, handle, false, opts, newSQLPostgresFlavourStore(opts.lockTimeout))
 		},
@@ -78,4 +81,25 @@ func pgbouncerSQLFlavour(name string, handle handleKind, mode string) storeFlavo
 			return store
 		},
 	}
+}
+
+// skipRefusedAttempts skips a case that counts attempts on a flavour whose store refuses
+// MaxAttempts behind a transaction pooler, once it checked the refusal: New fails with
+// ErrAttemptsBehindPooler or, for a store New cannot see through (a tenant's), the
+// delivery does, before its handler runs.
+func (f storeFlavour) skipRefusedAttempts(t *testing.T, store inbox.Store) {
+	t.Helper()
+	if !f.caps.attemptsRefused {
+		return
+	}
+	ib, err := inbox.New(inbox.Config{Store: store, Consumer: "attempts-refused", MaxAttempts: 2})
+	if err == nil {
+		msg := f.message("attempts-refused-1", nil)
+		msg.SetContext(f.context())
+		ran := false
+		_, err = ib.Middleware(func(*message.Message) ([]*message.Message, error) { ran = true; return nil, nil })(msg)
+		require.False(t, ran, "the handler ran under MaxAttempts behind a transaction pooler")
+	}
+	require.ErrorIs(t, err, inbox.ErrAttemptsBehindPooler, "MaxAttempts behind a transaction pooler")
+	t.Skip("MaxAttempts is refused behind a transaction pooler (ErrAttemptsBehindPooler, ADR 96): checked; attempts are not counted here")
 }

@@ -41,7 +41,8 @@ func tenantFlavours() []storeFlavour {
 		// The usual SaaS deployment: a schema per tenant on one pool, through PgBouncer in
 		// transaction mode (the search_path is the transaction's, on whichever server
 		// connection runs it).
-		{name: "tenants-pgbouncer-schemas", tenant: caseTenant, open: pgSchemasFixture(false, bouncedPg), missing: pgSchemasMissing},
+		{name: "tenants-pgbouncer-schemas", tenant: caseTenant, open: pgSchemasFixture(false, bouncedPg), missing: pgSchemasMissing,
+			caps: caps{attemptsRefused: true}},
 		{name: "tenants-mariadb-databases", tenant: caseTenant, open: mariaDatabasesFixture, missing: mariaDatabasesMissing},
 		{name: "tenants-redis-prefixes", tenant: caseTenant, open: redisPrefixesFixture,
 			caps: caps{noJoin: true, noPurge: true, noSchema: true, noSession: true, handlerCannotCommit: true, noAttemptCount: true}},

@@ -84,6 +84,10 @@ type caps struct {
 	noNeighbours        bool // no cheap look at other consumers' names: no ConsumerNeighbours
 	noAttemptCount      bool // no count of unfinished attempts per consumer: no AttemptCounter
 	noNetwork           bool // no network connection to break (an embedded database): no fault axis
+	// attemptsRefused: behind a pooler that moves transactions (PgBouncer in transaction
+	// mode) the store refuses MaxAttempts with ErrAttemptsBehindPooler (ADR 96): the
+	// cases that count attempts check that refusal instead (skipRefusedAttempts).
+	attemptsRefused bool
 	// oneWriter: one write transaction at a time per database (SQLite): a transaction
 	// the inbox joins holds, or will take, the only write lock, so attempts cannot be
 	// counted beside it (ErrAttemptsNeedConn).

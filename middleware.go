@@ -281,7 +281,7 @@ func New(cfg Config) (*Inbox, error) {
 		return nil, err
 	}
 	if c, ok := cfg.Store.(attemptChecker); ok && cfg.MaxAttempts > 0 {
-		if err := c.checkAttempts(); err != nil {
+		if err := c.checkAttempts(ctx); err != nil {
 			return nil, fmt.Errorf("inbox: invalid config: MaxAttempts is %d: %w", cfg.MaxAttempts, err)
 		}
 	}
@@ -292,9 +292,9 @@ func New(cfg Config) (*Inbox, error) {
 }
 
 // attemptChecker is a store of this package that can tell, when New is called, that it
-// cannot count attempts.
+// cannot count attempts (on its handle, or behind a transaction pooler).
 type attemptChecker interface {
-	checkAttempts() error
+	checkAttempts(ctx context.Context) error
 }
 
 // Middleware is the Watermill middleware: router.AddMiddleware(ib.Middleware). For each

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -109,31 +110,59 @@ func checkSQLPooler(ctx context.Context, db SQLDB) error {
 	})
 }
 
-// probePooler finds out, with simple-protocol queries only (which prepare nothing),
-// whether a's transactions can run on server connections other than its own. Without a
-// pooler, the server's backend pid is the one the connection was given at startup; a
-// pooler gives the client its own. Then, while b holds a server connection in a
-// transaction, a's next query runs on another server connection than its previous one,
-// or b got a's: either shows a pool that moves transactions. In session mode a keeps its
-// server connection, and the check passes.
+// probePooler fails with ErrStatementCache when a's transactions can run on server
+// connections other than its own (see movesTransactions).
 func probePooler(ctx context.Context, a, b *pgconn.PgConn) error {
+	moves, err := movesTransactions(ctx, a, b)
+	if err == nil && moves {
+		err = fmt.Errorf("inbox: %w: %s", ErrStatementCache, statementCacheFix)
+	}
+	return err
+}
+
+// movesTransactions finds out, with simple-protocol queries only (which prepare
+// nothing), whether a's transactions can run on server connections other than its own.
+// Without a pooler, the server's backend pid is the one the connection was given at
+// startup; a pooler gives the client its own. Then, while b holds a server connection in
+// a transaction, a's next query runs on another server connection than its previous one,
+// or b got a's: either shows a pool that moves transactions. In session mode a keeps its
+// server connection, and the answer is false. Other clients of a busy pooler can take
+// a's server connection and give it back in between, so that one round misses the move:
+// probeRounds rounds are tried before the answer is false.
+func movesTransactions(ctx context.Context, a, b *pgconn.PgConn) (bool, error) {
+	for range probeRounds {
+		moves, direct, err := probeRound(ctx, a, b)
+		if err != nil || moves || direct {
+			return moves, err
+		}
+	}
+	return false, nil
+}
+
+// probeRounds is how many rounds movesTransactions tries behind a pooler that did not
+// move a's transactions yet.
+const probeRounds = 8
+
+// probeRound is one round of movesTransactions; direct reports a connection to
+// PostgreSQL itself, which no further round can change.
+func probeRound(ctx context.Context, a, b *pgconn.PgConn) (moves, direct bool, err error) {
 	first, err := backendPID(ctx, a, "SELECT pg_backend_pid()", 0)
 	if err != nil || first == a.PID() {
-		return err
+		return false, err == nil, err
+	}
+	if a.TxStatus() != 'I' { // a pooler; inside a transaction a keeps its server connection: the mode cannot be told
+		return true, false, nil
 	}
 	held, err := backendPID(ctx, b, "BEGIN; SELECT pg_backend_pid()", 1)
 	if err != nil {
-		return err
+		return false, false, err
 	}
 	defer func() { _, _ = b.Exec(context.WithoutCancel(ctx), "ROLLBACK").ReadAll() }() // b's probe transaction
 	next, err := backendPID(ctx, a, "SELECT pg_backend_pid()", 0)
 	if err != nil {
-		return err
+		return false, false, err
 	}
-	if held == first || next != first {
-		return fmt.Errorf("inbox: %w: %s", ErrStatementCache, statementCacheFix)
-	}
-	return nil
+	return held == first || next != first, false, nil
 }
 
 // backendPID runs query, a simple-protocol query, and reads the pid its result number i
@@ -151,4 +180,178 @@ func backendPID(ctx context.Context, conn *pgconn.PgConn, query string, i int) (
 		return 0, fmt.Errorf("inbox: checking the connection: pg_backend_pid(): %w", err)
 	}
 	return uint32(pid), nil
+}
+
+// ErrAttemptsBehindPooler means MaxAttempts meets a pooler that moves a client's
+// transactions between server connections (PgBouncer in transaction mode). An attempt
+// holds a session lock from its start to its end (ADR 60), and such a pooler lends the
+// session out between the client's transactions: the lock stays with a server connection
+// other clients then use, so a clean end cannot release it (locks leak) and an attempt
+// that crashed looks alive for as long as that server connection lives (MaxAttempts never
+// refuses the message). Measured on PgBouncer 1.18 (ADR 96). New refuses MaxAttempts on
+// such a store, and a claim that carries an attempt (a tenant's store, which New never
+// saw) fails with it: set MaxAttempts to 0 for the consumers behind the pooler, or give
+// their store a connection to PostgreSQL directly (or through a pooler in session mode).
+// It is transient for a message: a fault of the deployment, not of the message.
+var ErrAttemptsBehindPooler = errors.New("MaxAttempts behind a transaction pooler")
+
+// attemptsPoolerFix says what to change, in the errors wrapping ErrAttemptsBehindPooler.
+const attemptsPoolerFix = "an attempt holds a session lock from its start to its end, and a pooler in transaction mode (PgBouncer)" +
+	" lends that session to other clients between transactions, so crashed attempts would look alive and locks would leak:" +
+	" set Config.MaxAttempts to 0 for this store, or connect the store to PostgreSQL directly (or through a pooler in session mode)"
+
+// poolerCheck remembers whether a store's handle reaches PostgreSQL through a pooler
+// that moves transactions, checked once (at New, or at the first claim that carries an
+// attempt); a check that failed is tried again.
+type poolerCheck struct {
+	mu    sync.Mutex
+	done  bool
+	moves bool
+	probe func(ctx context.Context) (bool, error)
+}
+
+// attempts fails with ErrAttemptsBehindPooler when the store's transactions move
+// between server connections.
+func (c *poolerCheck) attempts(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.done {
+		moves, err := c.probe(ctx)
+		if err != nil {
+			return err
+		}
+		c.done, c.moves = true, moves
+	}
+	if c.moves {
+		return fmt.Errorf("%w: %s", ErrAttemptsBehindPooler, attemptsPoolerFix)
+	}
+	return nil
+}
+
+// claim is attempts for a claim that carries an attempt.
+func (c *poolerCheck) claim(ctx context.Context) error {
+	if err := c.attempts(ctx); err != nil {
+		return fmt.Errorf("inbox: counting attempts (Config.MaxAttempts): %w", err)
+	}
+	return nil
+}
+
+// pgxMovesTransactions is poolerCheck.probe for a PostgresStore over db: a pool is probed
+// with two of its connections, a connection with a second one opened for a moment.
+func pgxMovesTransactions(db PgxDB) func(ctx context.Context) (bool, error) {
+	return func(ctx context.Context) (bool, error) {
+		switch db := db.(type) {
+		case *pgxpool.Pool:
+			a, err := db.Acquire(ctx)
+			if err != nil {
+				return false, fmt.Errorf("inbox: checking the connection for a pooler: %w", err)
+			}
+			defer a.Release()
+			b, err := db.Acquire(ctx)
+			if err != nil {
+				return false, fmt.Errorf("inbox: checking the connection for a pooler: %w", err)
+			}
+			defer b.Release()
+			return movesTransactions(ctx, a.Conn().PgConn(), b.Conn().PgConn())
+		case *pgx.Conn:
+			return connMovesTransactions(ctx, db)
+		case *pgxpool.Conn:
+			return connMovesTransactions(ctx, db.Conn())
+		}
+		return false, nil // no attempts on other handles (checkAttempts)
+	}
+}
+
+// connMovesTransactions probes conn with a second connection of its config.
+func connMovesTransactions(ctx context.Context, conn *pgx.Conn) (bool, error) {
+	other, err := pgx.ConnectConfig(ctx, conn.Config())
+	if err != nil {
+		return false, fmt.Errorf("inbox: checking the connection for a pooler (a second one, for a moment): %w", err)
+	}
+	defer other.Close(context.WithoutCancel(ctx))
+	return movesTransactions(ctx, conn.PgConn(), other.PgConn())
+}
+
+// sqlMovesTransactions is poolerCheck.probe for a SQLPostgresStore over db. On pgx's
+// stdlib driver it probes as for pgx (a *sql.Conn with a second connection of its
+// config); on another driver, with two connections of a *sql.DB (a pooler shows as a
+// backend pid that changes, or a second client given the first's server connection,
+// while the first holds none); a *sql.Conn on another driver cannot be probed, and
+// passes.
+func sqlMovesTransactions(db SQLDB) func(ctx context.Context) (bool, error) {
+	return func(ctx context.Context) (moves bool, err error) {
+		pool, isPool := db.(*sql.DB)
+		if !isPool {
+			conn, ok := db.(*sql.Conn)
+			if !ok {
+				return false, nil
+			}
+			err = conn.Raw(func(dc any) error {
+				if pc, ok := dc.(interface{ Conn() *pgx.Conn }); ok {
+					moves, err = connMovesTransactions(ctx, pc.Conn())
+				}
+				return err
+			})
+			return moves, err
+		}
+		a, err := pool.Conn(ctx)
+		if err != nil {
+			return false, fmt.Errorf("inbox: checking the connection for a pooler: %w", err)
+		}
+		defer a.Close()
+		b, err := pool.Conn(ctx)
+		if err != nil {
+			return false, fmt.Errorf("inbox: checking the connection for a pooler: %w", err)
+		}
+		defer b.Close()
+		err = a.Raw(func(ca any) error {
+			return b.Raw(func(cb any) error {
+				pa, okA := ca.(interface{ Conn() *pgx.Conn })
+				pb, okB := cb.(interface{ Conn() *pgx.Conn })
+				if okA && okB {
+					moves, err = movesTransactions(ctx, pa.Conn().PgConn(), pb.Conn().PgConn())
+					return err
+				}
+				return errNotPgx
+			})
+		})
+		if !errors.Is(err, errNotPgx) {
+			return moves, err
+		}
+		return sqlConnsMoveTransactions(ctx, a, b)
+	}
+}
+
+var errNotPgx = errors.New("not pgx's driver")
+
+// sqlConnsMoveTransactions is movesTransactions through database/sql, for a driver
+// other than pgx's: a's pid, b's in a transaction, a's again, for probeRounds rounds.
+func sqlConnsMoveTransactions(ctx context.Context, a, b *sql.Conn) (bool, error) {
+	for range probeRounds {
+		if moves, err := sqlConnsProbeRound(ctx, a, b); err != nil || moves {
+			return moves, err
+		}
+	}
+	return false, nil
+}
+
+// sqlConnsProbeRound is one round of sqlConnsMoveTransactions.
+func sqlConnsProbeRound(ctx context.Context, a, b *sql.Conn) (bool, error) {
+	const pid = "SELECT pg_backend_pid()"
+	var first, held, next int64
+	if err := a.QueryRowContext(ctx, pid).Scan(&first); err != nil {
+		return false, fmt.Errorf("inbox: checking the connection for a pooler: %w", err)
+	}
+	tx, err := b.BeginTx(ctx, nil)
+	if err != nil {
+		return false, fmt.Errorf("inbox: checking the connection for a pooler: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if err := tx.QueryRowContext(ctx, pid).Scan(&held); err != nil {
+		return false, fmt.Errorf("inbox: checking the connection for a pooler: %w", err)
+	}
+	if err := a.QueryRowContext(ctx, pid).Scan(&next); err != nil {
+		return false, fmt.Errorf("inbox: checking the connection for a pooler: %w", err)
+	}
+	return held == first || next != first, nil
 }

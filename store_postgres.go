@@ -94,6 +94,9 @@ type PostgresStore struct {
 	// countInTx: the claim's transaction counts the key's dead attempts itself, which
 	// needs READ COMMITTED's fresh snapshot per statement (see countAside).
 	countInTx bool
+	// pooler tells whether db goes through a pooler that moves transactions, where
+	// attempts cannot be counted (ErrAttemptsBehindPooler).
+	pooler *poolerCheck
 }
 
 var _ Store = (*PostgresStore)(nil)
@@ -129,7 +132,8 @@ func NewPostgresStore(db PgxDB, cfg PostgresConfig) (*PostgresStore, error) {
 	}
 	s := &PostgresStore{db: db, cfg: cfg, sql: newPostgresQueries(cfg.Schema, cfg.Table, cfg.SearchPath), pin: pinPgx(db),
 		countInTx: cfg.TxOptions.IsoLevel == pgx.ReadCommitted,
-		batchSQL:  newPostgresBatchQueries(cfg.Schema, cfg.Table), offsetSQL: newPostgresOffsetQueries(cfg.Schema, cfg.Table)}
+		batchSQL:  newPostgresBatchQueries(cfg.Schema, cfg.Table), offsetSQL: newPostgresOffsetQueries(cfg.Schema, cfg.Table),
+		pooler: &poolerCheck{probe: pgxMovesTransactions(db)}}
 	if s.pin != nil && cfg.TxOptions.IsoLevel == pgx.ReadCommitted && cfg.TxOptions.BeginQuery == "" {
 		s.folded = newFoldedClaim(s)
 	}
@@ -198,6 +202,11 @@ func (s *PostgresStore) Claim(ctx context.Context, rec Record) (Claim, error) {
 	// context that already ended included: that would kill a *pgx.Conn handle.
 	if err := ctx.Err(); err != nil {
 		return Claim{}, s.wrap("beginning the transaction", err)
+	}
+	if rec.Attempt != "" {
+		if err := s.pooler.claim(ctx); err != nil {
+			return Claim{}, err
+		}
 	}
 	if s.folded != nil {
 		return s.folded.claim(ctx, rec)
@@ -270,6 +279,9 @@ func (s *PostgresStore) ClaimIn(ctx context.Context, tx any, rec Record) (Claim,
 		return Claim{}, fmt.Errorf("inbox: the transaction in the context is a %T; PostgresStore joins only a pgx.Tx", tx)
 	}
 	if rec.Attempt != "" {
+		if err := s.pooler.claim(ctx); err != nil {
+			return Claim{}, err
+		}
 		if err := s.startJoinedPgx(ctx, pgxTx, rec); err != nil {
 			return Claim{}, err
 		}

@@ -57,6 +57,9 @@ type SQLPostgresStore struct {
 	// batchSQL claims batches (BatchStore), offsetSQL offsets (OffsetStore).
 	batchSQL  postgresBatchQueries
 	offsetSQL postgresOffsetQueries
+	// pooler tells whether db goes through a pooler that moves transactions, where
+	// attempts cannot be counted (ErrAttemptsBehindPooler).
+	pooler *poolerCheck
 }
 
 var _ Store = (*SQLPostgresStore)(nil)
@@ -80,7 +83,8 @@ func NewSQLPostgresStore(db SQLDB, cfg SQLPostgresConfig) (*SQLPostgresStore, er
 		return nil, fmt.Errorf("inbox: invalid store config: LockTimeout is %v: use 0 for no bound, or a positive duration", cfg.LockTimeout)
 	}
 	return &SQLPostgresStore{db: db, cfg: cfg, sql: newPostgresQueries(cfg.Schema, cfg.Table, cfg.SearchPath),
-		batchSQL: newPostgresBatchQueries(cfg.Schema, cfg.Table), offsetSQL: newPostgresOffsetQueries(cfg.Schema, cfg.Table)}, nil
+		batchSQL: newPostgresBatchQueries(cfg.Schema, cfg.Table), offsetSQL: newPostgresOffsetQueries(cfg.Schema, cfg.Table),
+		pooler: &poolerCheck{probe: sqlMovesTransactions(db)}}, nil
 }
 
 // CreateSchema creates the store's tables and index if they do not exist, with the DDL of
@@ -104,6 +108,11 @@ func (s *SQLPostgresStore) CreateSchema(ctx context.Context) error {
 
 // Claim implements Store, for the inbox (not for you).
 func (s *SQLPostgresStore) Claim(ctx context.Context, rec Record) (Claim, error) {
+	if rec.Attempt != "" {
+		if err := s.pooler.claim(ctx); err != nil {
+			return Claim{}, err
+		}
+	}
 	return claimInNewTx(ctx, s.db, s.cfg.Isolation, s.wrap, rec, pgSQLAttempts{s}, func(tx *sql.Tx) (Claim, error) {
 		return s.claim(ctx, tx, rec, false)
 	})
@@ -114,6 +123,11 @@ func (s *SQLPostgresStore) ClaimIn(ctx context.Context, tx any, rec Record) (Cla
 	sqlTx, err := joinedSQLTx(tx, "SQLPostgresStore")
 	if err != nil {
 		return Claim{}, err
+	}
+	if rec.Attempt != "" {
+		if err := s.pooler.claim(ctx); err != nil {
+			return Claim{}, err
+		}
 	}
 	return claimJoinedSQL(ctx, s.db, sqlTx, rec, pgSQLAttempts{s}, s.wrap, func(tx *sql.Tx) (Claim, error) {
 		return s.claim(ctx, tx, rec, true)

@@ -25,7 +25,7 @@ func TestErrorTable(t *testing.T) {
 		"redisstore.ErrCommandRefused": redisstore.ErrCommandRefused, "redisstore.ErrLeaseLost": redisstore.ErrLeaseLost,
 		"redisstore.ErrCommandFailed": redisstore.ErrCommandFailed, "redisstore.ErrNotReplicated": redisstore.ErrNotReplicated,
 		"redisstore.ErrUnreachable": redisstore.ErrUnreachable, "inboxhttp.ErrResponseTooLarge": ErrResponseTooLarge,
-		"inbox.ErrStatementCache": inbox.ErrStatementCache,
+		"inbox.ErrStatementCache": inbox.ErrStatementCache, "inbox.ErrAttemptsBehindPooler": inbox.ErrAttemptsBehindPooler,
 	}
 	doc, err := os.ReadFile("../docs/errors.md")
 	require.NoError(t, err)
