@@ -43,9 +43,6 @@ func exerciseOffsetMiddleware(t *testing.T, f storeFlavour) {
 	setup := func(t *testing.T, cfg inbox.Config) (fixture, *inbox.Inbox, *observations) {
 		t.Parallel()
 		fx := f.open(t, storeOpts{})
-		if cfg.MaxAttempts > 0 {
-			f.skipRefusedAttempts(t, fx.store)
-		}
 		obs := &observations{}
 		cfg.Position, cfg.Observer = positionFromMetadata, obs
 		return fx, newTestInbox(t, fx.store, cfg), obs
