@@ -37,6 +37,7 @@ var sentinels = map[string]error{
 	"inbox.ErrRetention": inbox.ErrRetention, "inbox.ErrNoTx": inbox.ErrNoTx, "inbox.ErrAttemptsNeedConn": inbox.ErrAttemptsNeedConn,
 	"inbox.ErrOutputTooLarge": inbox.ErrOutputTooLarge, "inbox.ErrNoTenant": inbox.ErrNoTenant, "inbox.ErrUnknownTenant": inbox.ErrUnknownTenant,
 	"inbox.ErrStatementCache": inbox.ErrStatementCache, "inbox.ErrOffsetRewound": inbox.ErrOffsetRewound, "inbox.ErrNotInOrder": inbox.ErrNotInOrder,
+	"inbox.ErrMixedTenants":   inbox.ErrMixedTenants,
 	"redisstore.ErrLeaseLost": redisstore.ErrLeaseLost, "redisstore.ErrCrossSlot": redisstore.ErrCrossSlot,
 	"redisstore.ErrCommandRefused": redisstore.ErrCommandRefused, "redisstore.ErrCommandFailed": redisstore.ErrCommandFailed,
 	"redisstore.ErrNotReplicated": redisstore.ErrNotReplicated, "redisstore.ErrUnreachable": redisstore.ErrUnreachable,
