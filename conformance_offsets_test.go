@@ -194,7 +194,11 @@ func exerciseOffsets(t *testing.T, f storeFlavour) {
 					})
 					first <- err
 				}()
-				<-inHandler
+				select {
+				case <-inHandler:
+				case err := <-first:
+					t.Fatalf("the first claim failed before its handler ran: %v", err)
+				}
 				type verdict struct {
 					got []int
 					err error
