@@ -20,6 +20,12 @@ type Item struct {
 	// duplicate whose stored fingerprint differs is a mismatch (Config.OnMismatch). Nil:
 	// none, never compared.
 	Fingerprint []byte
+	// Tenant is the message's tenant, for a store that routes by tenant (TenantStore):
+	// the batch runs on the one tenant its items name, or on the context's
+	// (ContextWithTenant) when none names one. Items that name different tenants, or
+	// another than the context's, refuse the batch with ErrMixedTenants, before
+	// anything is claimed. Empty: the batch's.
+	Tenant string
 }
 
 // BatchResult is what a batch call (Inbox.ProcessBatch, ProcessBatchOf,
@@ -35,8 +41,8 @@ type BatchResult struct {
 // BatchItemError is the error of a batch refused because of one of its messages, before
 // anything was processed: its key could not be derived (ErrNoKey), it is a duplicate
 // whose fingerprint differs with Config.OnMismatch set to Fail (ErrDuplicate and
-// ErrFingerprintMismatch), or, in offset mode, its position (ErrNoKey, ErrNotInOrder,
-// ErrOffsetRewound). The whole batch failed: route that message away (a dead-letter
+// ErrFingerprintMismatch), it names another tenant than the batch's (ErrMixedTenants),
+// or, in offset mode, its position (ErrNoKey, ErrNotInOrder, ErrOffsetRewound). The whole batch failed: route that message away (a dead-letter
 // topic) and call again with the others. Whether a retry can help is the wrapped
 // error's.
 type BatchItemError struct {
@@ -88,6 +94,10 @@ func (ib *Inbox) ProcessBatch(ctx context.Context, consumer string, items []Item
 		}
 		keys[i] = storableKey(it.Key)
 	}
+	ctx, bad, err := batchTenant(ctx, items)
+	if err != nil {
+		return res, ib.refuseBatch(ctx, consumer, keys, bad, OutcomeNoTenant, 0, fmt.Errorf("consumer %q: %w", consumer, err))
+	}
 	b := newBatchKeys(consumer, items, keys)
 
 	verdict := func(ctx context.Context, joined any) (batchVerdict, error) {
@@ -128,6 +138,27 @@ func ProcessBatchOf[T any](ctx context.Context, ib *Inbox, consumer string, batc
 	return ib.ProcessBatch(ctx, consumer, items, func(ctx context.Context, fresh []int) error {
 		return fn(ctx, pick(batch, fresh))
 	})
+}
+
+// batchTenant returns ctx carrying the tenant the batch's items name (Item.Tenant), if
+// any: one tenant, the context's when it carries one. Otherwise it returns the index of
+// the first item that names another, and an error wrapping ErrMixedTenants.
+func batchTenant(ctx context.Context, items []Item) (context.Context, int, error) {
+	tenant, _ := TenantFromContext(ctx)
+	from, named := "the context's (inbox.ContextWithTenant)", false
+	for i, it := range items {
+		switch {
+		case it.Tenant == "" || it.Tenant == tenant:
+		case tenant == "":
+			tenant, from, named = it.Tenant, fmt.Sprintf("message %d's", i), true
+		default:
+			return ctx, i, fmt.Errorf("%w: the message names tenant %q, and %s is %q: a batch is one transaction on one tenant's database; split the batch by tenant", ErrMixedTenants, it.Tenant, from, tenant)
+		}
+	}
+	if named {
+		ctx = ContextWithTenant(ctx, tenant)
+	}
+	return ctx, 0, nil
 }
 
 // pick returns batch's elements at the indexes.

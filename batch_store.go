@@ -5,8 +5,9 @@ import "context"
 // BatchStore is the optional interface of a Store that claims the keys of many messages
 // of one consumer at once, in one transaction: Inbox.ProcessBatch needs it. A store
 // implements it when its database lets it claim a batch in fewer round trips than a
-// claim per message; the stores of this package and redisstore do. As io.WriterTo to
-// io.Writer, it is found with a type assertion, so the core Store stays small.
+// claim per message; the stores of this package, sqlitestore and redisstore do. As
+// io.WriterTo to io.Writer, it is found with a type assertion, so the core Store stays
+// small.
 //
 // The contract is Store.Claim's, for many keys: a key committed before is a duplicate;
 // a key another transaction holds is waited for, then found committed (a duplicate) or

@@ -45,7 +45,7 @@ func creditBatch(ctx context.Context, ib *inbox.Inbox, l ledger, consumer string
 }
 
 func exerciseBatches(t *testing.T, f storeFlavour) {
-	ctx := context.Background()
+	ctx := f.context()
 	setup := func(t *testing.T) (fixture, *inbox.Inbox) {
 		t.Parallel()
 		fx := f.open(t, storeOpts{})

@@ -13,8 +13,7 @@ import (
 
 // exerciseOffsetRewinds is the conformance case of records whose position cannot
 // follow the stored offset (ErrOffsetRewound), and of the operator's reset.
-func exerciseOffsetRewinds(t *testing.T, setup func(t *testing.T) (fixture, *inbox.Inbox)) {
-	ctx := context.Background()
+func exerciseOffsetRewinds(t *testing.T, ctx context.Context, setup func(t *testing.T) (fixture, *inbox.Inbox)) {
 	t.Run("OffsetsRefuseRecordsFromAnotherLog", func(t *testing.T) {
 		fx, _ := setup(t)
 		ib := newTestInbox(t, fx.store, inbox.Config{MaxOffsetRewind: 1000})
@@ -49,12 +48,12 @@ func exerciseOffsetRewinds(t *testing.T, setup func(t *testing.T) (fixture, *inb
 			func(context.Context, []int) error { return errors.New("fn must not run") })
 		require.NoError(t, err)
 		require.Equal(t, []bool{true, true}, res.Duplicate, "within TimestampSlack")
-		require.Equal(t, int64(5002), offsetOf(t, ib, "billing", "orders", 0), "refusals moved nothing")
+		require.Equal(t, int64(5002), offsetOf(ctx, t, ib, "billing", "orders", 0), "refusals moved nothing")
 		// A span whose epoch grows moves the row, which then holds its last record's epoch.
 		got, err := creditOffsets(ctx, ib, fx.ledger, "billing", []inbox.Position{rec(5002, 4, t0.Add(2*time.Second), ""), rec(5003, 5, t0.Add(3*time.Second), "")}, 1)
 		require.NoError(t, err)
 		require.Equal(t, []int{0, 1}, got)
-		require.Equal(t, int64(5004), offsetOf(t, ib, "billing", "orders", 0))
+		require.Equal(t, int64(5004), offsetOf(ctx, t, ib, "billing", "orders", 0))
 		res, err = ib.ProcessOffsets(ctx, "billing", []inbox.Position{rec(5003, 5, t0, "")}, func(context.Context, []int) error { return errors.New("fn must not run") })
 		require.NoError(t, err)
 		require.Equal(t, []bool{true}, res.Duplicate)

@@ -42,7 +42,7 @@ func creditOffsets(ctx context.Context, ib *inbox.Inbox, l ledger, consumer stri
 }
 
 func exerciseOffsets(t *testing.T, f storeFlavour) {
-	ctx := context.Background()
+	ctx := f.context()
 	setup := func(t *testing.T) (fixture, *inbox.Inbox) {
 		t.Parallel()
 		fx := f.open(t, storeOpts{})
@@ -125,7 +125,7 @@ func exerciseOffsets(t *testing.T, f storeFlavour) {
 				panic("handler bug")
 			})
 		}()
-		require.Equal(t, int64(2), offsetOf(t, ib, "billing", "orders", 1), "the offset rolled back with the handler's writes")
+		require.Equal(t, int64(2), offsetOf(ctx, t, ib, "billing", "orders", 1), "the offset rolled back with the handler's writes")
 		got, err := creditOffsets(ctx, ib, fx.ledger, "billing", batch, 100)
 		require.NoError(t, err)
 		require.Equal(t, []int{1, 2}, got, "the retry gets the same new records")
@@ -161,7 +161,7 @@ func exerciseOffsets(t *testing.T, f storeFlavour) {
 		require.Zero(t, total)
 	})
 
-	exerciseOffsetRewinds(t, setup)
+	exerciseOffsetRewinds(t, ctx, setup)
 
 	for _, firstCommits := range []bool{true, false} {
 		name := "ConcurrentClaimOfAPartitionWaitsThenSkips"
@@ -194,7 +194,11 @@ func exerciseOffsets(t *testing.T, f storeFlavour) {
 					})
 					first <- err
 				}()
-				<-inHandler
+				select {
+				case <-inHandler:
+				case err := <-first:
+					t.Fatalf("the first claim failed before its handler ran: %v", err)
+				}
 				type verdict struct {
 					got []int
 					err error
@@ -221,7 +225,7 @@ func exerciseOffsets(t *testing.T, f storeFlavour) {
 					require.Error(t, err)
 					require.Equal(t, []int{0, 1, 2}, v.got)
 				}
-				require.Equal(t, base+3, offsetOf(t, ib, "billing", "orders", 0))
+				require.Equal(t, base+3, offsetOf(ctx, t, ib, "billing", "orders", 0))
 			}
 			total, credits := fx.ledger.balance(t)
 			require.Equal(t, [2]int{6, 7}, [2]int{total, credits}, "each record applied once")
@@ -342,9 +346,9 @@ func exerciseOffsets(t *testing.T, f storeFlavour) {
 }
 
 // offsetOf returns consumer's stored next offset of one partition, -1 without a row.
-func offsetOf(t *testing.T, ib *inbox.Inbox, consumer, topic string, partition int32) int64 {
+func offsetOf(ctx context.Context, t *testing.T, ib *inbox.Inbox, consumer, topic string, partition int32) int64 {
 	t.Helper()
-	offsets, err := ib.Offsets(context.Background(), consumer)
+	offsets, err := ib.Offsets(ctx, consumer)
 	require.NoError(t, err)
 	for _, o := range offsets {
 		if o.Topic == topic && o.Partition == partition {

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
-	"github.com/ThreeDotsLabs/watermill/message"
 )
 
 // ConsumerNeighbours is an optional Store ability, found with a type assertion: telling,
@@ -14,7 +13,8 @@ import (
 // that holds other consumers' keys. The middleware uses it to warn once when a consumer
 // name appears that has no keys while others have: a renamed handler (the consumer
 // defaults to the Watermill handler name) processes again every message its old name
-// processed. PostgresStore, SQLPostgresStore and MySQLStore implement it.
+// processed. PostgresStore, SQLPostgresStore, MySQLStore, sqlitestore and TenantStore
+// (in the tenant of the message) implement it.
 type ConsumerNeighbours interface {
 	// NeighbourConsumers returns nil when consumer has keys in the store, or when no
 	// other consumer has; otherwise up to two other consumers that have keys: the
@@ -31,16 +31,17 @@ const consumerCheckTimeout = 5 * time.Second
 // ConsumerNeighbours). It runs before the name's first claim in this process, when the
 // store can tell cheaply; a message in a joined transaction leaves the check to a later
 // one (the store's handle may be that transaction's very connection). A failed check is
-// logged at debug level and changes nothing: the message goes on.
-func (ib *Inbox) checkConsumer(msg *message.Message, consumer string) {
+// logged at debug level and changes nothing: the message goes on. msgCtx is the message
+// context with its tenant, if any: a TenantStore checks in that tenant's store.
+func (ib *Inbox) checkConsumer(msgCtx context.Context, consumer string) {
 	neighbours, ok := ib.cfg.Store.(ConsumerNeighbours)
-	if !ok || txFromContext(msg.Context()) != nil {
+	if !ok || txFromContext(msgCtx) != nil {
 		return
 	}
 	if _, checked := ib.consumers.LoadOrStore(consumer, struct{}{}); checked {
 		return
 	}
-	ctx, cancel := context.WithTimeout(msg.Context(), consumerCheckTimeout)
+	ctx, cancel := context.WithTimeout(msgCtx, consumerCheckTimeout)
 	defer cancel()
 	others, err := neighbours.NeighbourConsumers(ctx, consumer)
 	fields := watermill.LogFields{"consumer": consumer}

@@ -45,13 +45,11 @@ func tenantFlavours() []storeFlavour {
 			caps: caps{attemptsRefused: true}},
 		{name: "tenants-mariadb-databases", tenant: caseTenant, open: mariaDatabasesFixture, missing: mariaDatabasesMissing},
 		{name: "tenants-redis-prefixes", tenant: caseTenant, open: redisPrefixesFixture,
-			caps: caps{noJoin: true, noPurge: true, noSchema: true, noSession: true, handlerCannotCommit: true, noAttemptCount: true}},
+			caps: caps{noJoin: true, noPurge: true, noSchema: true, noSession: true, handlerCannotCommit: true, noAttemptCount: true, noNeighbours: true, noOffsets: true}},
 	}
-	for i := range flavours {
-		// TenantStore routes the core Store and AttemptCounter; it tells nothing of
-		// consumer names across tenants, and does not route batches or offsets.
-		flavours[i].caps.noNeighbours, flavours[i].caps.noBatch, flavours[i].caps.noOffsets = true, true, true
-	}
+	// TenantStore routes the core Store and every optional ability (AttemptCounter,
+	// BatchStore, OffsetStore, ConsumerNeighbours) to the tenant's store: a flavour
+	// lacks what its tenants' stores lack.
 	return flavours
 }
 

@@ -70,7 +70,7 @@ var (
 
 // sqliteCaps: SQLite has one writer per database (see caps.oneWriter).
 // An embedded database has no connection to break: the fault axis does not apply.
-var sqliteCaps = caps{oneWriter: true, noNetwork: true, noBatch: true, noOffsets: true}
+var sqliteCaps = caps{oneWriter: true, noNetwork: true}
 
 func sqliteFlavour(name string, d sqliteDriver, handle handleKind) storeFlavour {
 	return storeFlavour{

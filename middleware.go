@@ -330,13 +330,12 @@ func (ib *Inbox) middleware(h message.HandlerFunc) message.HandlerFunc {
 			ib.observe(msg.Context(), rec, msg, outcome, 0, err)
 			return nil, err
 		}
-		ib.checkConsumer(msg, rec.Consumer)
-
 		msgCtx := msg.Context()
 		ctx, err := ib.tenant(msg, rec)
 		if err != nil {
 			return nil, err
 		}
+		ib.checkConsumer(ctx, rec.Consumer)
 		var produced []*message.Message
 		claim, wait, err := ib.process(ctx, rec, msg, func(txCtx context.Context) ([]byte, error) {
 			msg.SetContext(txCtx)

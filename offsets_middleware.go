@@ -20,7 +20,7 @@ func (c *Config) validateOffsets() []error {
 	var errs []error
 	if c.Position != nil {
 		if _, ok := c.Store.(OffsetStore); c.Store != nil && !ok {
-			errs = append(errs, fmt.Errorf("Position is set, but the store (%T) keeps no offsets (inbox.OffsetStore): use a PostgreSQL or MySQL store, or key mode (leave Position nil)", c.Store))
+			errs = append(errs, fmt.Errorf("Position is set, but the store (%T) keeps no offsets (inbox.OffsetStore): use a PostgreSQL, MySQL or SQLite store, or key mode (leave Position nil)", c.Store))
 		}
 		if c.Key != nil {
 			errs = append(errs, errors.New("Key and Position are both set: offset mode judges messages by their position, key mode by their key; set one"))

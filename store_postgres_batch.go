@@ -112,6 +112,9 @@ func (s *PostgresStore) ClaimBatchIn(ctx context.Context, tx any, recs []Record)
 func (s *PostgresStore) claimBatch(ctx context.Context, tx pgx.Tx, recs []Record, joined bool) (BatchClaim, error) {
 	keys, fps := batchArgs(recs)
 	batch := &pgx.Batch{}
+	if s.sql.searchPath != "" && !joined { // as in claim: the handler's statements find the schema's tables
+		batch.Queue(s.sql.searchPath)
+	}
 	if s.cfg.LockTimeout > 0 {
 		batch.Queue(s.sql.lockSet, fmt.Sprintf("%dms", lockTimeoutMillis(s.cfg.LockTimeout)))
 	}
@@ -179,6 +182,11 @@ func (s *SQLPostgresStore) ClaimBatchIn(ctx context.Context, tx any, recs []Reco
 // the key and fingerprint slices as arrays.
 func (s *SQLPostgresStore) claimBatch(ctx context.Context, tx *sql.Tx, recs []Record, joined bool) (BatchClaim, error) {
 	keys, fps := batchArgs(recs)
+	if s.sql.searchPath != "" && !joined {
+		if _, err := tx.ExecContext(ctx, s.sql.searchPath); err != nil {
+			return BatchClaim{}, s.wrap("setting the search_path", err)
+		}
+	}
 	if s.cfg.LockTimeout > 0 {
 		if _, err := tx.ExecContext(ctx, s.sql.lockSet, fmt.Sprintf("%dms", lockTimeoutMillis(s.cfg.LockTimeout))); err != nil {
 			return BatchClaim{}, s.wrap("setting the lock timeout", err)

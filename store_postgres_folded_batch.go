@@ -141,6 +141,10 @@ func quotingSafe(conn *pgconn.PgConn, values ...string) bool {
 func (f *foldedClaim) folded(stmts ...string) string {
 	var b strings.Builder
 	b.WriteString(f.begin)
+	if f.s.sql.searchPath != "" { // as in the folded claim of one key
+		b.WriteString("; ")
+		b.WriteString(f.s.sql.searchPath)
+	}
 	if f.s.cfg.LockTimeout > 0 {
 		b.WriteString("; SELECT set_config('" + savedLockTimeout + "', current_setting('lock_timeout'), true); SET LOCAL lock_timeout = ")
 		b.WriteString(strconv.FormatInt(lockTimeoutMillis(f.s.cfg.LockTimeout), 10))

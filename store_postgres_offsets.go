@@ -117,6 +117,9 @@ func (s *PostgresStore) claimOffsets(ctx context.Context, tx pgx.Tx, consumer st
 	rest := make([]int, 0, len(spans))
 	for round, query := range []string{s.offsetSQL.update, s.offsetSQL.claim} {
 		batch := &pgx.Batch{}
+		if round == 0 && s.sql.searchPath != "" && !joined { // as in claim: the handler's statements find the schema's tables
+			batch.Queue(s.sql.searchPath)
+		}
 		if s.cfg.LockTimeout > 0 {
 			batch.Queue(s.sql.lockSet, fmt.Sprintf("%dms", lockTimeoutMillis(s.cfg.LockTimeout)))
 		}
@@ -272,6 +275,11 @@ func (s *SQLPostgresStore) ClaimOffsetsIn(ctx context.Context, tx any, consumer 
 // one.
 func (s *SQLPostgresStore) claimOffsets(ctx context.Context, tx *sql.Tx, consumer string, spans []OffsetSpan, joined bool) (OffsetClaim, error) {
 	claim := OffsetClaim{Partitions: make([]PartitionState, len(spans))}
+	if s.sql.searchPath != "" && !joined {
+		if _, err := tx.ExecContext(ctx, s.sql.searchPath); err != nil {
+			return OffsetClaim{}, s.wrap("setting the search_path", err)
+		}
+	}
 	if s.cfg.LockTimeout > 0 {
 		if _, err := tx.ExecContext(ctx, s.sql.lockSet, fmt.Sprintf("%dms", lockTimeoutMillis(s.cfg.LockTimeout))); err != nil {
 			return OffsetClaim{}, s.wrap("setting the lock timeout", err)

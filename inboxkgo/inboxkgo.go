@@ -92,7 +92,7 @@ func New(cfg Config) (*Consumer, error) {
 	}
 	var errs []error
 	if cfg.Inbox == nil {
-		errs = append(errs, errors.New("Inbox is nil: set it to an inbox.New(...) of a PostgreSQL or MySQL store"))
+		errs = append(errs, errors.New("Inbox is nil: set it to an inbox.New(...) of a PostgreSQL, MySQL or SQLite store"))
 	}
 	if cfg.Consumer == "" {
 		errs = append(errs, errors.New("Consumer is empty: name the inbox consumer, e.g. the consumer group"))

@@ -9,7 +9,8 @@
 //     files.
 //
 // Version 3 (000003_offsets) adds the offsets table of offset mode (inbox_offsets);
-// only an inbox in offset mode needs it.
+// only an inbox in offset mode needs it. SQLite, which had no version 2, gets it as
+// version 2 (sqlite/000002_offsets).
 //
 // schema/*.sql states the current schema; the migrations reach it step by step. A
 // schema change ships as a new migration (000002_...) in every layout, never as an

@@ -34,3 +34,20 @@ CREATE TABLE IF NOT EXISTS "inbox_attempts" (
     "started_at" INTEGER NOT NULL DEFAULT (CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)),
     PRIMARY KEY ("consumer", "key", "attempt")
 ) WITHOUT ROWID;
+
+-- Offset mode (Config.Position, Inbox.ProcessOffsets): for a consumer of a log that
+-- delivers each partition in order (Kafka), one row per consumer, topic and partition,
+-- moved forward in the handler's transaction. A record below next_offset is a duplicate.
+-- updated_at is in microseconds since the Unix epoch, as processed_at.
+CREATE TABLE IF NOT EXISTS "inbox_offsets" (
+    "consumer"      TEXT    NOT NULL,
+    "topic"         TEXT    NOT NULL,
+    "partition"     INTEGER NOT NULL,
+    "next_offset"   INTEGER NOT NULL,              -- the offset after the last processed record
+    "leader_epoch"  INTEGER NOT NULL DEFAULT -1,   -- that record's leader epoch; -1: unknown
+    "max_timestamp" INTEGER NOT NULL DEFAULT -1,   -- the latest processed record time, Unix ms; -1: unknown
+    "topic_id"      BLOB,                          -- the topic's ID, when the client reports it
+    "output"        BLOB,                          -- what the last record's handler produced, replayed on its duplicate
+    "updated_at"    INTEGER NOT NULL DEFAULT (CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)),
+    PRIMARY KEY ("consumer", "topic", "partition")
+) WITHOUT ROWID;

@@ -12,6 +12,7 @@ import (
 // SQLite result codes the store classifies (https://sqlite.org/rescode.html). The
 // extended codes carry the primary code in their low byte.
 const (
+	codeError     = 1  // SQLITE_ERROR: generic, e.g. no such table or column
 	codeBusy      = 5  // SQLITE_BUSY: another connection holds the lock
 	codeLocked    = 6  // SQLITE_LOCKED: a conflict in this connection or its shared cache
 	codeInterrupt = 9  // SQLITE_INTERRUPT: the driver interrupted a statement whose context ended

@@ -36,6 +36,8 @@ type queries struct {
 	startAttempt, endAttempt, attemptsOf   string
 	forgetAttempts, forget                 string
 	purgeAttempts, purge, stats, tableInfo string
+	batchInsert, batchStored               string // batches: batch.go
+	offsets                                offsetQueries
 }
 
 // New returns a Store over db: a *sql.DB opened with a SQLite driver (see DSN), or one
@@ -67,6 +69,10 @@ func New(db inbox.SQLDB, cfg Config) (*Store, error) {
 		purge:          `DELETE FROM ` + t + ` WHERE ("consumer", "key") IN (SELECT "consumer", "key" FROM ` + t + ` WHERE "processed_at" < ? ORDER BY "processed_at" LIMIT ?)`,
 		stats:          `SELECT "consumer", COUNT(*), MIN("processed_at") FROM ` + t + ` GROUP BY "consumer" ORDER BY "consumer"`,
 		tableInfo:      `SELECT "name" FROM pragma_table_info(?)`,
+		// The rows and the end follow: see insertChunk and readStored.
+		batchInsert: `INSERT INTO ` + t + ` ("consumer", "key", "processed_at", "fingerprint") VALUES `,
+		batchStored: `SELECT "key", "fingerprint" FROM ` + t + ` WHERE "consumer" = ? AND "key" IN (`,
+		offsets:     newOffsetQueries(cfg.Table),
 	}}, nil
 }
 

@@ -22,6 +22,9 @@ type inboxTx struct {
 	// lease is the store's turn at the write lock and its connection, released when the
 	// transaction ends; nil for a joined transaction.
 	lease *lease
+	// setOutput stores the produced messages; nil: with rec's key. Offset mode stores
+	// them with a partition's row.
+	setOutput func(ctx context.Context, tx *sql.Tx, output []byte) error
 }
 
 // Handle implements inbox.Tx: the *sql.Tx.
@@ -31,7 +34,14 @@ func (t *inboxTx) Handle() any { return t.tx }
 // the key's transaction, which then commits.
 func (t *inboxTx) Commit(ctx context.Context, output []byte) error {
 	if output != nil {
-		if _, err := t.tx.ExecContext(ctx, t.s.sql.setOutput, output, t.rec.Consumer, t.rec.Key); err != nil {
+		set := t.setOutput
+		if set == nil {
+			set = func(ctx context.Context, tx *sql.Tx, output []byte) error {
+				_, err := tx.ExecContext(ctx, t.s.sql.setOutput, output, t.rec.Consumer, t.rec.Key)
+				return err
+			}
+		}
+		if err := set(ctx, t.tx, output); err != nil {
 			return t.ended(ctx, "storing the produced messages", err)
 		}
 	}

@@ -59,8 +59,13 @@ func (s *Store) checkTables(ctx context.Context, db inbox.SQLDB) error {
 	return nil
 }
 
+// queryer is what a *sql.DB, *sql.Conn and *sql.Tx share for a query.
+type queryer interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
 // columns returns the names of table's columns, none when it does not exist.
-func (s *Store) columns(ctx context.Context, db inbox.SQLDB, table string) ([]string, error) {
+func (s *Store) columns(ctx context.Context, db queryer, table string) ([]string, error) {
 	rows, err := db.QueryContext(ctx, s.sql.tableInfo, table)
 	if err != nil {
 		return nil, s.wrap("checking the tables", err)

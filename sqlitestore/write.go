@@ -20,6 +20,8 @@ type dbInfo struct {
 	// busy_timeout for a claim's first statement: Config.LockTimeout, or, on a handle
 	// whose busy_timeout is 0, DefaultBusyTimeout; 0 when the handle's own applies.
 	bound time.Duration
+	// returning: the library is SQLite 3.35 or later, which batches need (RETURNING).
+	returning bool
 }
 
 // info reads, once, the database's file and the handle's busy_timeout.
@@ -41,6 +43,11 @@ func (s *Store) info(ctx context.Context) (*dbInfo, error) {
 		return nil, s.wrap("reading busy_timeout", err)
 	}
 	info.busy = time.Duration(ms) * time.Millisecond
+	var major, minor int
+	if err := s.db.QueryRowContext(ctx, `SELECT CAST(substr(sqlite_version(), 1, instr(sqlite_version(), '.') - 1) AS INTEGER), CAST(substr(sqlite_version(), instr(sqlite_version(), '.') + 1) AS INTEGER)`).Scan(&major, &minor); err != nil {
+		return nil, s.wrap("reading the SQLite version", err)
+	}
+	info.returning = major > 3 || major == 3 && minor >= 35
 	info.bound = s.cfg.LockTimeout
 	if info.bound == 0 && info.busy == 0 {
 		info.bound = DefaultBusyTimeout * time.Millisecond

@@ -43,7 +43,7 @@ func offsetStore(ctx context.Context, db dbFlags) (inbox.OffsetStore, func(), er
 	offsets, ok := store.(inbox.OffsetStore)
 	if !ok {
 		closeDB()
-		return nil, nil, errors.New("this store keeps no offsets: offset mode runs on PostgreSQL and MySQL")
+		return nil, nil, errors.New("this store keeps no offsets: offset mode runs on PostgreSQL, MySQL (not Vitess) and SQLite")
 	}
 	if err := offsets.VerifyOffsets(ctx); err != nil {
 		closeDB()

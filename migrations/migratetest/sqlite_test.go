@@ -123,7 +123,7 @@ func TestSQLiteMigrations(t *testing.T) {
 	refDB := openSQLite(t, filepath.Join(t.TempDir(), "ref.db"))
 	require.NoError(t, newStore(refDB).CreateSchema(ctx))
 	want := sqliteCatalog(t, refDB)
-	require.Len(t, want.Tables, 2, "schema/sqlite.sql creates the inbox table and its attempts table")
+	require.Len(t, want.Tables, 3, "schema/sqlite.sql creates the inbox table, its attempts table and the offsets table")
 	require.NotEmpty(t, want.Indexes)
 
 	for _, tl := range sqliteTools {
@@ -133,11 +133,13 @@ func TestSQLiteMigrations(t *testing.T) {
 			db := openSQLite(t, path)
 			_, err := inbox.New(inbox.Config{Store: newStore(db)})
 			require.ErrorIs(t, err, inbox.ErrNoTable, "an empty database has no inbox")
+			require.ErrorIs(t, newStore(db).VerifyOffsets(ctx), inbox.ErrNoTable, "nor offsets")
 
 			require.NoError(t, tl.up(t, path))
 			require.Equal(t, want, sqliteCatalog(t, db), "the migrations make what schema/sqlite.sql makes")
 			_, err = inbox.New(inbox.Config{Store: newStore(db)})
 			require.NoError(t, err, "inbox.New accepts the migrated tables")
+			require.NoError(t, newStore(db).VerifyOffsets(ctx), "and offset mode its offsets table")
 
 			if tl.down == nil {
 				return
