@@ -236,8 +236,9 @@ func (c *poolerCheck) claim(ctx context.Context) error {
 	return nil
 }
 
-// pgxMovesTransactions is poolerCheck.probe for a PostgresStore over db: a pool is probed
-// with two of its connections, a connection with a second one opened for a moment.
+// pgxMovesTransactions is poolerCheck.probe for a PostgresStore over db: one connection
+// of a pool, or the connection, is probed with a second one opened for a moment outside
+// the pool, so that a pool of one (or a busy pool) is never waited on.
 func pgxMovesTransactions(db PgxDB) func(ctx context.Context) (bool, error) {
 	return func(ctx context.Context) (bool, error) {
 		switch db := db.(type) {
@@ -247,12 +248,7 @@ func pgxMovesTransactions(db PgxDB) func(ctx context.Context) (bool, error) {
 				return false, fmt.Errorf("inbox: checking the connection for a pooler: %w", err)
 			}
 			defer a.Release()
-			b, err := db.Acquire(ctx)
-			if err != nil {
-				return false, fmt.Errorf("inbox: checking the connection for a pooler: %w", err)
-			}
-			defer b.Release()
-			return movesTransactions(ctx, a.Conn().PgConn(), b.Conn().PgConn())
+			return connMovesTransactions(ctx, a.Conn())
 		case *pgx.Conn:
 			return connMovesTransactions(ctx, db)
 		case *pgxpool.Conn:
@@ -299,25 +295,26 @@ func sqlMovesTransactions(db SQLDB) func(ctx context.Context) (bool, error) {
 			return false, fmt.Errorf("inbox: checking the connection for a pooler: %w", err)
 		}
 		defer a.Close()
+		err = a.Raw(func(ca any) error {
+			if pa, ok := ca.(interface{ Conn() *pgx.Conn }); ok {
+				// A second connection outside the pool, for a moment: a pool of one (or
+				// a busy one) is never waited on.
+				moves, err = connMovesTransactions(ctx, pa.Conn())
+				return err
+			}
+			return errNotPgx
+		})
+		if !errors.Is(err, errNotPgx) {
+			return moves, err
+		}
+		if pool.Stats().MaxOpenConnections == 1 {
+			return false, nil // another driver, and a pool of one: no second connection to probe with
+		}
 		b, err := pool.Conn(ctx)
 		if err != nil {
 			return false, fmt.Errorf("inbox: checking the connection for a pooler: %w", err)
 		}
 		defer b.Close()
-		err = a.Raw(func(ca any) error {
-			return b.Raw(func(cb any) error {
-				pa, okA := ca.(interface{ Conn() *pgx.Conn })
-				pb, okB := cb.(interface{ Conn() *pgx.Conn })
-				if okA && okB {
-					moves, err = movesTransactions(ctx, pa.Conn().PgConn(), pb.Conn().PgConn())
-					return err
-				}
-				return errNotPgx
-			})
-		})
-		if !errors.Is(err, errNotPgx) {
-			return moves, err
-		}
 		return sqlConnsMoveTransactions(ctx, a, b)
 	}
 }
