@@ -61,6 +61,9 @@ func (t *Target) sqliteAccounts() string {
 // is the floor the store is measured against: the same statements, without the store's
 // code. SQLite only.
 func (t *Target) HandWritten(ctx context.Context, key string) error {
+	if t.Flavour == "pgx" {
+		return t.handWrittenPgx(ctx, key)
+	}
 	db, err := t.oneConn(ctx)
 	if err != nil {
 		return err
