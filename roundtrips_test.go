@@ -18,8 +18,10 @@ import (
 // duplicate, and a first delivery whose handler fails. Counting attempts adds one round
 // trip to a first delivery (the count, which must come after the claim and before the
 // handler), none to a duplicate or a failure: the attempt's start travels with the
-// claim, its end with the commit or the rollback. The figures are the minimum; a change
-// that adds one fails here.
+// claim, its end with the commit or the rollback. With Config.RecentKeys (the default)
+// the duplicate of a key the inbox committed is one read, without a claim or an
+// attempt; with it off, the claim path. The figures are the minimum; a change that adds
+// one fails here.
 func TestRoundTrips_MaxAttempts(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
