@@ -139,8 +139,8 @@ type Config struct {
 	// stored row, outside any transaction (one round trip), and answers the duplicate from
 	// what it read; a key whose row is gone (Forget, purge) is claimed as usual, so
 	// nothing is ever answered from memory. Other keys are claimed directly, as before:
-	// a first delivery pays nothing for it. It applies over a PostgresStore or a
-	// MySQLStore, not in a transaction the inbox joins nor in offset mode (ADR 121).
+	// a first delivery pays nothing for it. It applies over a PostgresStore, a
+	// SQLPostgresStore or a MySQLStore, not in a transaction the inbox joins nor in offset mode (ADR 121).
 	// Defaults to DefaultRecentKeys; a negative number turns the hints off.
 	RecentKeys int
 
