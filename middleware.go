@@ -136,12 +136,13 @@ type Config struct {
 
 	// RecentKeys is how many of the keys it committed or found committed the Inbox
 	// remembers, as hints only: when one comes again, the inbox first reads the key's
-	// stored row, outside any transaction (one round trip), and answers the duplicate from
-	// what it read; a key whose row is gone (Forget, purge) is claimed as usual, so
+	// stored row, outside any transaction (one round trip), and answers the duplicate
+	// from what it read; a key whose row is gone (Forget, purge) is claimed as usual, so
 	// nothing is ever answered from memory. Other keys are claimed directly, as before:
 	// a first delivery pays nothing for it. It applies over a PostgresStore, a
-	// SQLPostgresStore or a MySQLStore, not in a transaction the inbox joins nor in offset mode (ADR 121).
-	// Defaults to DefaultRecentKeys; a negative number turns the hints off.
+	// SQLPostgresStore or a MySQLStore, not in a transaction the inbox joins nor in
+	// offset mode (ADR 121). Defaults to DefaultRecentKeys; a negative number turns the
+	// hints off.
 	RecentKeys int
 
 	// Tenant derives each message's tenant for the middleware, which puts it in the
