@@ -87,6 +87,22 @@ func BenchmarkOverhead(b *testing.B) {
 	}
 }
 
+// BenchmarkFloor: the message path on pgx against the same SQL written by hand
+// (benchload's HandWritten: the key's INSERT folded into the BEGIN, the handler's
+// UPDATE, COMMIT), so that the ratio is what the library's Go code costs beyond its SQL.
+func BenchmarkFloor(b *testing.B) {
+	for _, workers := range []int{1, 8} {
+		b.Run(fmt.Sprintf("pgx/workers=%d", workers), func(b *testing.B) {
+			pool, db := benchDB(b, "pgx", false)
+			tgt := benchTarget(b, pool, db, "pgx", 1, "")
+			b.ResetTimer()
+			ab, err := benchload.Paired(context.Background(), workers, b.N, 0, tgt.HandWritten, tgt.WithInbox)
+			require.NoError(b, err)
+			reportAB(b, ab, "handwritten", "inbox")
+		})
+	}
+}
+
 // BenchmarkDuplicates: skipped duplicates against first deliveries. The first-delivery
 // side processes new keys and queues them; the duplicate side delivers a queued key again.
 func BenchmarkDuplicates(b *testing.B) {

@@ -387,6 +387,44 @@ func exerciseStore(t *testing.T, f storeFlavour) {
 		require.False(t, dup)
 	})
 
+	// The inbox remembers the keys it committed (Config.RecentKeys) and reads their
+	// stored row before claiming them again: a key forgotten or purged since, by this
+	// process or another, must be processed again, never answered from memory.
+	t.Run("RememberedKeyForgottenOrPurgedRunsAgain", func(t *testing.T) {
+		fx, ib := setup(t)
+		for range 2 { // the second delivery is answered from the read of the row
+			_, err := creditOnce(ctx, ib, fx.ledger, "billing", "order-22", 1)
+			require.NoError(t, err)
+		}
+		found, err := fx.store.Forget(ctx, "billing", "order-22")
+		require.NoError(t, err)
+		require.True(t, found)
+		dup, err := creditOnce(ctx, ib, fx.ledger, "billing", "order-22", 1)
+		require.NoError(t, err)
+		require.False(t, dup, "a forgotten key is new again, remembered or not")
+		dup, err = creditOnce(ctx, ib, fx.ledger, "billing", "order-22", 1)
+		require.NoError(t, err)
+		require.True(t, dup)
+		if !f.caps.noPurge {
+			for {
+				n, err := fx.store.PurgeBatch(ctx, time.Now().Add(time.Minute), 100)
+				require.NoError(t, err)
+				if n.Keys == 0 {
+					break
+				}
+			}
+			dup, err = creditOnce(ctx, ib, fx.ledger, "billing", "order-22", 1)
+			require.NoError(t, err)
+			require.False(t, dup, "a purged key is new again, remembered or not")
+		}
+		total, credits := fx.ledger.balance(t)
+		want := 2
+		if !f.caps.noPurge {
+			want = 3
+		}
+		require.Equal(t, [2]int{want, want}, [2]int{total, credits})
+	})
+
 	t.Run("PurgeBatchAndStats", func(t *testing.T) {
 		fx, ib := setup(t)
 		for i := range 5 {

@@ -137,6 +137,17 @@ type Config struct {
 	// of the supported databases (MariaDB's max_allowed_packet, 16 MiB).
 	MaxOutputBytes int
 
+	// RecentKeys is how many of the keys it committed or found committed the Inbox
+	// remembers, as hints only: when one comes again, the inbox first reads the key's
+	// stored row, outside any transaction (one round trip), and answers the duplicate
+	// from what it read; a key whose row is gone (Forget, purge) is claimed as usual, so
+	// nothing is ever answered from memory. Other keys are claimed directly, as before:
+	// a first delivery pays nothing for it. It applies over a PostgresStore, a
+	// SQLPostgresStore or a MySQLStore, not in a transaction the inbox joins nor in
+	// offset mode (ADR 121). Defaults to DefaultRecentKeys; a negative number turns the
+	// hints off.
+	RecentKeys int
+
 	// Tenant derives each message's tenant for the middleware, which puts it in the
 	// message context (ContextWithTenant): a TenantStore routes the message to that
 	// tenant's store, and the handler finds it with TenantFromContext. A message without
@@ -179,6 +190,9 @@ type Config struct {
 	MaxOffsetRewind int64
 }
 
+// DefaultRecentKeys is Config.RecentKeys's default.
+const DefaultRecentKeys = 4096
+
 // DefaultMaxOutputBytes is Config.MaxOutputBytes's default.
 const DefaultMaxOutputBytes = 8 << 20
 
@@ -204,6 +218,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxOutputBytes == 0 {
 		c.MaxOutputBytes = DefaultMaxOutputBytes
+	}
+	if c.RecentKeys == 0 {
+		c.RecentKeys = DefaultRecentKeys
 	}
 	if _, routes := c.Store.(*TenantStore); routes && c.Tenant == nil {
 		c.Tenant = TenantFromMetadata(DefaultTenantMetadata)
@@ -263,6 +280,8 @@ type Inbox struct {
 	consumers sync.Map // consumer names checkConsumer has seen
 	// inFlight holds, in offset mode, the partitions a message is in the middleware of.
 	inFlight partitionsInFlight
+	// recent holds the keys to read before claiming (Config.RecentKeys); nil when off.
+	recent *recentKeys
 }
 
 // verifyTimeout bounds New's check that the store's tables exist.
@@ -288,7 +307,7 @@ func New(cfg Config) (*Inbox, error) {
 	if err := cfg.verifyOffsets(ctx); err != nil {
 		return nil, err
 	}
-	return &Inbox{cfg: cfg}, nil
+	return &Inbox{cfg: cfg, recent: newRecentKeys(cfg)}, nil
 }
 
 // attemptChecker is a store of this package that can tell, when New is called, that it

@@ -26,6 +26,11 @@ func (ib *Inbox) process(ctx context.Context, rec Record, msg *message.Message, 
 	}
 
 	start := time.Now()
+	if joined == nil && rec.pos == nil {
+		if claim, ok := ib.recent.read(ctx, rec); ok {
+			return claim, time.Since(start), nil
+		}
+	}
 	var claim Claim
 	var err error
 	claim, err = ib.claim(ctx, joined, rec)
@@ -36,6 +41,9 @@ func (ib *Inbox) process(ctx context.Context, rec Record, msg *message.Message, 
 	case err != nil:
 		return Claim{}, wait, join(ib.fail(ctx, rec, msg, OutcomeFailed, wait, err), ib.endAttempt(ctx, rec))
 	case claim.Duplicate: // the store ended the attempt
+		if joined == nil && rec.pos == nil {
+			ib.recent.add(rec)
+		}
 		return claim, wait, nil
 	}
 
@@ -77,6 +85,8 @@ func (ib *Inbox) process(ctx context.Context, rec Record, msg *message.Message, 
 		if err := ib.endAttempt(ctx, rec); err != nil {
 			ib.cfg.Logger.Error("inbox: could not end the attempt of a joined transaction", err, watermill.LogFields{"consumer": rec.Consumer, "key": rec.Key})
 		}
+	} else if rec.pos == nil {
+		ib.recent.add(rec)
 	}
 	ib.observe(ctx, rec, msg, OutcomeProcessed, wait, nil)
 	return claim, wait, nil

@@ -18,23 +18,29 @@ import (
 // duplicate, and a first delivery whose handler fails. Counting attempts adds one round
 // trip to a first delivery (the count, which must come after the claim and before the
 // handler), none to a duplicate or a failure: the attempt's start travels with the
-// claim, its end with the commit or the rollback. The figures are the minimum; a change
-// that adds one fails here.
+// claim, its end with the commit or the rollback. With Config.RecentKeys (the default)
+// the duplicate of a key the inbox committed is one read, without a claim or an
+// attempt; with it off, the claim path. The figures are the minimum; a change that adds
+// one fails here.
 func TestRoundTrips_MaxAttempts(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
-		maxAttempts        int
-		first, dup, failed int64
-		why                string
+		maxAttempts, recentKeys int
+		first, dup, failed      int64
+		why                     string
 	}{
-		{maxAttempts: 0, first: 3, dup: 2, failed: 3,
+		{maxAttempts: 0, recentKeys: -1, first: 3, dup: 2, failed: 3,
 			why: "first: BEGIN+INSERT key (folded); handler INSERT; COMMIT. duplicate: BEGIN+INSERT fails; ROLLBACK+SELECT stored. failed: claim; handler; ROLLBACK"},
-		{maxAttempts: 3, first: 4, dup: 2, failed: 4,
+		{maxAttempts: 3, recentKeys: -1, first: 4, dup: 2, failed: 4,
 			why: "first: start+BEGIN+INSERT key (folded); count; handler INSERT; DELETE attempt+COMMIT+unlock (pipelined). duplicate: start+BEGIN+INSERT fails; " +
 				"ROLLBACK+DELETE attempt+unlock+SELECT stored. failed: claim; count; handler; ROLLBACK+DELETE attempt+unlock (pipelined)"},
+		{maxAttempts: 0, first: 3, dup: 1, failed: 3,
+			why: "Config.RecentKeys: the duplicate of a key this inbox committed is the read of its stored row (SELECT stored); the rest as without"},
+		{maxAttempts: 3, first: 4, dup: 1, failed: 4,
+			why: "Config.RecentKeys: the duplicate of a key this inbox committed is the read of its stored row, no attempt started; the rest as without"},
 	}
 	for _, tt := range tests {
-		t.Run(fmt.Sprint("MaxAttempts=", tt.maxAttempts), func(t *testing.T) {
+		t.Run(fmt.Sprintf("MaxAttempts=%d/RecentKeys=%d", tt.maxAttempts, tt.recentKeys), func(t *testing.T) {
 			t.Parallel()
 			rt := &sqltest.RoundTrips{}
 			cfg, err := pgxpool.ParseConfig(postgresDSN())
@@ -47,7 +53,7 @@ func TestRoundTrips_MaxAttempts(t *testing.T) {
 			t.Cleanup(pool.Close)
 			store := newPgxStore(t, pool, inbox.PostgresConfig{})
 			ledger := newPgLedger(t, pool)
-			ib := newTestInbox(t, store, inbox.Config{MaxAttempts: tt.maxAttempts})
+			ib := newTestInbox(t, store, inbox.Config{MaxAttempts: tt.maxAttempts, RecentKeys: tt.recentKeys})
 			ctx := context.Background()
 			credit := func(key string) (bool, error) { return creditOnce(ctx, ib, ledger, "billing", key, 1) }
 			boom := errors.New("boom")

@@ -93,12 +93,19 @@ type MySQLStore struct {
 	// output (inboxhttp, produced messages) and a duplicate's read then cost one round
 	// trip each instead of a prepare, an execute and a close.
 	setOutputStmt, storedStmt atomic.Pointer[sql.Stmt]
+	// committedStmt is prepared with them: a remembered key's read (Config.RecentKeys).
+	committedStmt atomic.Pointer[sql.Stmt]
+	// session is what the first claim found the session's isolation level to be
+	// (sessionUnknown until then): at READ COMMITTED already, the store's transactions
+	// begin without SET TRANSACTION (see beginIsolation).
+	session atomic.Int32
 }
 
 var _ Store = (*MySQLStore)(nil)
 
 type mysqlQueries struct {
 	insert, stored, setOutput                   string
+	committed                                   string // the stored row, read outside a transaction
 	forgetAttempts, forget, purgeAttempts       string
 	purge, stats, verify, lockSet, lockRestored string
 	insertBounded                               string
@@ -157,8 +164,10 @@ func NewMySQLStore(db SQLDB, cfg MySQLConfig) (*MySQLStore, error) {
 		insert: "INSERT INTO " + t + " (`consumer`, `key`, `fingerprint`) VALUES (?, ?, ?)",
 		// A locking read sees the latest committed row whatever the isolation level; the
 		// duplicate-key check holds a shared lock on it already.
-		stored:         "SELECT `fingerprint`, `output` FROM " + t + where + " LOCK IN SHARE MODE",
-		setOutput:      "UPDATE " + t + " SET `output` = ?" + where,
+		stored:    "SELECT `fingerprint`, `output` FROM " + t + where + " LOCK IN SHARE MODE",
+		setOutput: "UPDATE " + t + " SET `output` = ?" + where,
+		// Outside a transaction a plain read sees the latest committed row.
+		committed:      "SELECT `fingerprint`, `output` FROM " + t + where,
 		attempts:       newMySQLAttemptQueries(cfg.Engine, a),
 		forgetAttempts: "DELETE FROM " + a + where,
 		forget:         "DELETE FROM " + t + where,
@@ -294,7 +303,7 @@ func (s *MySQLStore) Verify(ctx context.Context) error {
 // inTx runs fn in a short transaction of the store's own, on db, at READ COMMITTED
 // (where the engine allows choosing).
 func (s *MySQLStore) inTx(ctx context.Context, db SQLDB, fn func(tx *sql.Tx) error) error {
-	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: s.ownIsolation()})
+	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: s.known(s.ownIsolation())})
 	if err != nil {
 		return err
 	}

@@ -44,7 +44,7 @@ func (s *MySQLStore) ClaimBatch(ctx context.Context, recs []Record) (BatchClaim,
 		return BatchClaim{}, err
 	}
 	var claim BatchClaim
-	_, err := claimInNewTx(ctx, s.db, s.cfg.Isolation, s.wrap, Record{}, nil, func(tx *sql.Tx) (Claim, error) {
+	_, err := claimInNewTx(ctx, s.db, s.beginIsolation(ctx), s.wrap, Record{}, nil, func(tx *sql.Tx) (Claim, error) {
 		var err error
 		claim, err = s.claimBatch(ctx, tx, recs, false)
 		if err != nil || claim.Tx == nil {

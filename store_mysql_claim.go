@@ -18,7 +18,7 @@ func (s *MySQLStore) Claim(ctx context.Context, rec Record) (Claim, error) {
 		// REPEATABLE READ snapshot before the claim's wait, and the count needs one after.
 		_, _ = s.serverInfo(ctx, s.db)
 	}
-	return claimInNewTx(ctx, s.db, s.cfg.Isolation, s.wrap, rec, mysqlAttempts{s}, func(tx *sql.Tx) (Claim, error) {
+	return claimInNewTx(ctx, s.db, s.beginIsolation(ctx), s.wrap, rec, mysqlAttempts{s}, func(tx *sql.Tx) (Claim, error) {
 		return s.claim(ctx, tx, rec, false)
 	})
 }
@@ -101,9 +101,11 @@ func (s *MySQLStore) prepareInsert(ctx context.Context) {
 		// time a transaction there uses it.
 		setOutput, err1 := p.PrepareContext(ctx, s.sql.setOutput)
 		stored, err2 := p.PrepareContext(ctx, s.sql.stored)
-		if err1 == nil && err2 == nil {
+		committed, err3 := p.PrepareContext(ctx, s.sql.committed)
+		if err1 == nil && err2 == nil && err3 == nil {
 			s.setOutputStmt.Store(setOutput)
 			s.storedStmt.Store(stored)
+			s.committedStmt.Store(committed)
 		}
 		if prepared, err := p.PrepareContext(ctx, s.sql.insert); err == nil {
 			s.insertStmt.Store(prepared)
@@ -176,4 +178,25 @@ func (s *MySQLStore) serverInfo(ctx context.Context, tx sqlQueryer) (mysqlServer
 	known := &mysqlServer{mariaDB: strings.Contains(version, "MariaDB"), maxPacket: packet}
 	s.server.Store(known)
 	return *known, nil
+}
+
+// readStored implements storedReader: the row a committed key's first delivery stored,
+// read outside any transaction, through a statement prepared once per connection.
+func (s *MySQLStore) readStored(ctx context.Context, rec Record) (Claim, bool, error) {
+	s.prepareInsert(ctx)
+	var row *sql.Row
+	if stmt := s.committedStmt.Load(); stmt != nil {
+		row = stmt.QueryRowContext(ctx, rec.Consumer, rec.Key)
+	} else {
+		row = s.db.QueryRowContext(ctx, s.sql.committed, rec.Consumer, rec.Key)
+	}
+	claim := Claim{Duplicate: true}
+	err := row.Scan(&claim.Fingerprint, &claim.Output)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Claim{}, false, nil
+	}
+	if err != nil {
+		return Claim{}, false, s.wrap("reading the stored key", err)
+	}
+	return claim, true, nil
 }

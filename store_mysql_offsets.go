@@ -83,7 +83,7 @@ func (s *MySQLStore) ClaimOffsets(ctx context.Context, consumer string, spans []
 		return OffsetClaim{}, err
 	}
 	var claim OffsetClaim
-	_, err := claimInNewTx(ctx, s.db, s.cfg.Isolation, s.wrap, Record{}, nil, func(tx *sql.Tx) (Claim, error) {
+	_, err := claimInNewTx(ctx, s.db, s.beginIsolation(ctx), s.wrap, Record{}, nil, func(tx *sql.Tx) (Claim, error) {
 		var err error
 		claim, err = s.claimOffsets(ctx, tx, consumer, spans, false)
 		if err != nil {

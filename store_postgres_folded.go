@@ -205,3 +205,17 @@ func literalSafe(s string) bool {
 func quoteLiteral(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
 }
+
+// readStored implements storedReader: the row a committed key's first delivery stored,
+// read outside any transaction.
+func (s *PostgresStore) readStored(ctx context.Context, rec Record) (Claim, bool, error) {
+	claim := Claim{Duplicate: true}
+	err := s.db.QueryRow(ctx, s.sql.stored, rec.Consumer, rec.Key).Scan(&claim.Fingerprint, &claim.Output)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Claim{}, false, nil
+	}
+	if err != nil {
+		return Claim{}, false, s.wrap("reading the stored key", err)
+	}
+	return claim, true, nil
+}

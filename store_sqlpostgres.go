@@ -232,3 +232,17 @@ func (s *SQLPostgresStore) Verify(ctx context.Context) error {
 func (s *SQLPostgresStore) wrap(doing string, err error) error {
 	return wrapPostgres(doing, s.sql.table, "(*SQLPostgresStore).CreateSchema", err)
 }
+
+// readStored implements storedReader: the row a committed key's first delivery stored,
+// read outside any transaction (pgx's driver caches the statement: one round trip).
+func (s *SQLPostgresStore) readStored(ctx context.Context, rec Record) (Claim, bool, error) {
+	claim := Claim{Duplicate: true}
+	err := s.db.QueryRowContext(ctx, s.sql.stored, rec.Consumer, rec.Key).Scan(&claim.Fingerprint, &claim.Output)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Claim{}, false, nil
+	}
+	if err != nil {
+		return Claim{}, false, s.wrap("reading the stored key", err)
+	}
+	return claim, true, nil
+}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/stretchr/testify/require"
 
 	"github.com/watermill-inbox/inbox"
@@ -33,14 +34,29 @@ type httpTarget struct {
 	client *http.Client
 }
 
-// newHTTPTarget opens the flavour's database: pgx, mariadb, or mariadb-session (the
-// inbox's MySQLStore with SessionIsolation, which saves the SET TRANSACTION round trip).
+// newHTTPTarget opens the flavour's database: pgx, mariadb, or a variant of either:
+// mariadb-session (the inbox's MySQLStore with SessionIsolation, which saves the SET
+// TRANSACTION round trip), mariadb-rc (the DSN puts every session at READ COMMITTED, both
+// sides; the store finds it and sends no SET TRANSACTION), pgx-nohints and
+// mariadb-nohints (inbox.Config.RecentKeys off: a replay goes through the claim, as one
+// the process did not see first does).
 func newHTTPTarget(b *testing.B, flavour string) *httpTarget {
 	b.Helper()
 	ctx := context.Background()
-	session := flavour == "mariadb-session"
-	if session {
-		flavour = "mariadb"
+	variant := ""
+	if base, v, ok := strings.Cut(flavour, "-"); ok {
+		flavour, variant = base, v
+	}
+	session := variant == "session"
+	if variant == "rc" {
+		_, dsn := benchload.DSN(flavour)
+		cfg, err := mysql.ParseDSN(dsn)
+		require.NoError(b, err)
+		if cfg.Params == nil {
+			cfg.Params = map[string]string{}
+		}
+		cfg.Params["tx_isolation"] = "'READ-COMMITTED'"
+		b.Setenv("INBOX_MARIADB_DSN", cfg.FormatDSN())
 	}
 	variable, _ := benchload.DSN(flavour)
 	pool, db, closeFn, err := benchload.Open(ctx, flavour, false)
@@ -80,6 +96,10 @@ func newHTTPTarget(b *testing.B, flavour string) *httpTarget {
 		store, err := inbox.NewMySQLStore(db, inbox.MySQLConfig{Table: tgt.InboxTable, SessionIsolation: true})
 		require.NoError(b, err)
 		ib, err = inbox.New(inbox.Config{Store: store})
+		require.NoError(b, err)
+	}
+	if variant == "nohints" {
+		ib, err = inbox.New(inbox.Config{Store: tgt.Store, RecentKeys: -1})
 		require.NoError(b, err)
 	}
 	m, err := inboxhttp.New(inboxhttp.Config{Inbox: ib, Consumer: "bench"})
@@ -125,7 +145,10 @@ func (h *httpTarget) op(url string, replayed bool) benchload.Op {
 	}
 }
 
-var httpFlavours = []string{"pgx", "mariadb", "mariadb-session"}
+var (
+	httpFlavours   = []string{"pgx", "mariadb", "mariadb-session", "mariadb-rc"}
+	replayFlavours = []string{"pgx", "pgx-nohints", "mariadb", "mariadb-nohints", "mariadb-rc"}
+)
 
 // BenchmarkHTTP: a POST whose handler does one UPDATE, behind inboxhttp (the UPDATE in the
 // inbox transaction, the response stored with the key) against the same handler doing
@@ -152,7 +175,7 @@ func BenchmarkHTTP(b *testing.B) {
 // floor variant pairs the replays with a handler that answers without the database, to
 // show how much of a replay is the HTTP exchange itself (ratio replay over floor).
 func BenchmarkHTTPReplay(b *testing.B) {
-	for _, flavour := range httpFlavours {
+	for _, flavour := range replayFlavours {
 		for _, workers := range []int{1, 16} {
 			for _, against := range []string{"first", "floor"} {
 				b.Run(fmt.Sprintf("%s/workers=%d/%s", flavour, workers, against), func(b *testing.B) {

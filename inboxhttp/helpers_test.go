@@ -193,9 +193,11 @@ func newBackend(t testing.TB, name string) backend {
 // newMiddleware returns the middleware over b with cfg (Inbox and Consumer filled in).
 func newMiddleware(t testing.TB, b backend, cfg inboxhttp.Config) *inboxhttp.Idempotency {
 	t.Helper()
-	ib, err := inbox.New(inbox.Config{Store: b.store, Consumer: "http"})
-	require.NoError(t, err)
-	cfg.Inbox = ib
+	if cfg.Inbox == nil {
+		ib, err := inbox.New(inbox.Config{Store: b.store, Consumer: "http"})
+		require.NoError(t, err)
+		cfg.Inbox = ib
+	}
 	if cfg.Consumer == "" {
 		cfg.Consumer = "POST /payments"
 	}

@@ -4,40 +4,49 @@ import (
 	"context"
 	"net"
 	"net/http"
-	"sync"
 	"testing"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/watermill-inbox/inbox"
 	"github.com/watermill-inbox/inbox/inboxhttp"
 	"github.com/watermill-inbox/inbox/internal/sqltest"
 )
 
-var registerCountedDial sync.Once
-var mysqlRoundTrips = &sqltest.RoundTrips{}
-
 // TestRoundTrips counts the database round trips of one request, over one connection:
 // a first request (claim, the handler's INSERT, the commit with the stored response)
-// and a replay (claim, read of the stored response). The figures are the minimum each
-// store can do today; a change that adds one fails here.
+// and a replay, answered from the read of a key the inbox remembers
+// (inbox.Config.RecentKeys) or, with the hints off (a replay the process did not see
+// first), through the claim. The figures are the minimum each store can do today; a
+// change that adds one fails here.
 func TestRoundTrips(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
-		backend       string
+		name, backend string
+		recentKeys    int
+		// sessionRC puts the sessions at READ COMMITTED through the DSN.
+		sessionRC     bool
 		first, replay int64
 		// why explains the figures, one part per round trip.
 		why string
 	}{
-		{backend: "pgx", first: 3, replay: 2,
-			why: "first: BEGIN+INSERT key (folded); handler INSERT; UPDATE output + COMMIT (pipelined). replay: BEGIN+INSERT fails; ROLLBACK+SELECT stored"},
-		{backend: "mariadb", first: 7, replay: 5,
-			why: "first: SET TRANSACTION (MySQLConfig.SessionIsolation saves it); START TRANSACTION; INSERT key; handler INSERT (prepare, execute: the DSN has no interpolateParams); UPDATE output; COMMIT " +
-				"(the store's statements prepared once per connection). replay: SET TRANSACTION; START TRANSACTION; INSERT key fails; SELECT stored; ROLLBACK"},
+		{name: "pgx", backend: "pgx", first: 3, replay: 1,
+			why: "first: BEGIN+INSERT key (folded); handler INSERT; UPDATE output + COMMIT (pipelined). replay of a remembered key: SELECT stored"},
+		{name: "pgx-no-hints", backend: "pgx", recentKeys: -1, first: 3, replay: 2,
+			why: "first: as above. replay: BEGIN+INSERT fails; ROLLBACK+SELECT stored"},
+		{name: "mariadb", backend: "mariadb", first: 7, replay: 1,
+			why: "first: SET TRANSACTION (the session is at REPEATABLE READ); START TRANSACTION; INSERT key; handler INSERT (prepare, execute: the DSN has no interpolateParams); UPDATE output; COMMIT " +
+				"(the store's statements prepared once per connection). replay of a remembered key: SELECT stored (prepared)"},
+		{name: "mariadb-no-hints", backend: "mariadb", recentKeys: -1, first: 7, replay: 5,
+			why: "first: as above. replay: SET TRANSACTION; START TRANSACTION; INSERT key fails; SELECT stored; ROLLBACK"},
+		{name: "mariadb-session-rc", backend: "mariadb", recentKeys: -1, sessionRC: true, first: 6, replay: 4,
+			why: "the DSN sets tx_isolation=READ-COMMITTED, which the store found on its first claim: no SET TRANSACTION. first: START TRANSACTION; INSERT key; handler INSERT (prepare, execute); UPDATE output; COMMIT. " +
+				"replay: START TRANSACTION; INSERT key fails; SELECT stored; ROLLBACK"},
 	}
 	for _, tt := range tests {
-		t.Run(tt.backend, func(t *testing.T) {
+		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			rt := &sqltest.RoundTrips{}
 			var b backend
@@ -49,19 +58,22 @@ func TestRoundTrips(t *testing.T) {
 					c.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
 				}, "")
 			case "mariadb":
-				registerCountedDial.Do(func() {
-					mysql.RegisterDialContext("counted", func(ctx context.Context, addr string) (net.Conn, error) {
-						return mysqlRoundTrips.Dial(ctx, "tcp", addr)
-					})
+				// A dial of its own per case: the cases run in parallel.
+				mysql.RegisterDialContext("counted-"+tt.name, func(ctx context.Context, addr string) (net.Conn, error) {
+					return rt.Dial(ctx, "tcp", addr)
 				})
-				rt = mysqlRoundTrips
 				cfg, err := mysql.ParseDSN(testDSN("mariadb"))
 				require.NoError(t, err)
-				cfg.Net = "counted"
+				cfg.Net = "counted-" + tt.name
+				if tt.sessionRC {
+					cfg.Params = map[string]string{"tx_isolation": "'READ-COMMITTED'"}
+				}
 				b = openBackend(t, "mariadb", sqltest.Name("inbox"), sqltest.Name("ledger"), true, nil, cfg.FormatDSN())
 			}
 			p := &payments{b: b}
-			url := serve(t, newMiddleware(t, b, inboxhttp.Config{}), p)
+			ib, err := inbox.New(inbox.Config{Store: b.store, Consumer: "http", RecentKeys: tt.recentKeys})
+			require.NoError(t, err)
+			url := serve(t, newMiddleware(t, b, inboxhttp.Config{Inbox: ib}), p)
 			client := &http.Client{}
 			// Warm up: the connection, the statements the store and driver prepare.
 			for _, key := range []string{"warm-1", "warm-1", "warm-2", "warm-2"} {
@@ -78,7 +90,7 @@ func TestRoundTrips(t *testing.T) {
 			require.NoError(t, err)
 			require.True(t, got.replayed())
 			replay := rt.N.Swap(0)
-			t.Logf("%s: %d round trips for a first request, %d for a replay (%s)", tt.backend, first, replay, tt.why)
+			t.Logf("%s: %d round trips for a first request, %d for a replay (%s)", tt.name, first, replay, tt.why)
 			require.Equal(t, tt.first, first, tt.why)
 			require.Equal(t, tt.replay, replay, tt.why)
 		})

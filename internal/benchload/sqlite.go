@@ -59,8 +59,11 @@ func (t *Target) sqliteAccounts() string {
 // the writers of the process), in one transaction (BEGIN IMMEDIATE, from the DSN),
 // insert the key unless it is there, and run the handler only if it was not; commit. It
 // is the floor the store is measured against: the same statements, without the store's
-// code. SQLite only.
+// code. On pgx, handWrittenPgx.
 func (t *Target) HandWritten(ctx context.Context, key string) error {
+	if t.Flavour == "pgx" {
+		return t.handWrittenPgx(ctx, key)
+	}
 	db, err := t.oneConn(ctx)
 	if err != nil {
 		return err

@@ -1,0 +1,45 @@
+package inbox
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+)
+
+// TestRecentKeysForgetsTheOldest checks the bound of Config.RecentKeys: the set holds the
+// last n keys, per consumer, and a key added twice takes one place.
+func TestRecentKeysForgetsTheOldest(t *testing.T) {
+	r := &recentKeys{keys: map[string]struct{}{}, ring: make([]string, 3)}
+	rec := func(consumer string, i int) Record { return Record{Consumer: consumer, Key: fmt.Sprint("k", i)} }
+	for i := range 3 {
+		r.add(rec("a", i))
+	}
+	r.add(rec("a", 2)) // already held: no place taken
+	require.True(t, r.has(rec("a", 0)))
+	require.False(t, r.has(rec("b", 0)), "keys are per consumer")
+	r.add(rec("a", 3))
+	require.False(t, r.has(rec("a", 0)), "the oldest key went")
+	for i := 1; i <= 3; i++ {
+		require.True(t, r.has(rec("a", i)))
+	}
+	require.Len(t, r.keys, 3)
+	var none *recentKeys // hints off
+	none.add(rec("a", 0))
+	_, ok := none.read(t.Context(), rec("a", 0))
+	require.False(t, ok)
+}
+
+// TestRecentKeysOnlyForStoresThatRead: hints are kept only over a store that can read a
+// stored row by itself, and RecentKeys < 0 turns them off.
+func TestRecentKeysOnlyForStoresThatRead(t *testing.T) {
+	pool, err := pgxpool.New(t.Context(), "postgres://postgres@127.0.0.1:1/none") // never dialled
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	pg, err := NewPostgresStore(pool, PostgresConfig{})
+	require.NoError(t, err)
+	require.NotNil(t, newRecentKeys(Config{Store: pg, RecentKeys: 10}))
+	require.Nil(t, newRecentKeys(Config{Store: pg, RecentKeys: -1}))
+	require.Nil(t, newRecentKeys(Config{Store: &TenantStore{}, RecentKeys: 10}))
+}
