@@ -34,7 +34,13 @@ func (c *countingConn) Write(p []byte) (int, error) {
 	return c.Conn.Write(p)
 }
 
+// Read ends a run of writes when the server's bytes arrive, not when the read starts:
+// pgx's background reader can start a read before a write and return after it, and the
+// next round trip's writes were then not counted.
 func (c *countingConn) Read(p []byte) (int, error) {
-	c.writing.Store(false)
-	return c.Conn.Read(p)
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		c.writing.Store(false)
+	}
+	return n, err
 }
