@@ -2,12 +2,14 @@ package inbox_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/watermill-inbox/inbox"
@@ -37,13 +39,36 @@ func pgbouncerStores() []struct {
 	}{
 		{"pgx-exec", pgxStore("exec")},
 		{"pgx-simple", pgxStore("simple_protocol")},
+		{"pgx-exec-pool-of-one", func(t *testing.T, table string) inbox.Store {
+			cfg, err := pgxpool.ParseConfig(pgbouncerDSN(t, map[string]string{"default_query_exec_mode": "exec"}))
+			require.NoError(t, err)
+			cfg.MaxConns = 1
+			pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+			require.NoError(t, err)
+			t.Cleanup(pool.Close)
+			s, err := inbox.NewPostgresStore(pool, inbox.PostgresConfig{Table: table})
+			require.NoError(t, err)
+			return s
+		}},
 		{"sqlpostgres-exec", func(t *testing.T, table string) inbox.Store {
-			db := openSQL(t, "pgx", pgbouncerDSN(t, map[string]string{"default_query_exec_mode": "exec"}), "PgBouncer", "INBOX_PGBOUNCER_DSN")
-			s, err := inbox.NewSQLPostgresStore(db, inbox.SQLPostgresConfig{Table: table})
+			s, err := inbox.NewSQLPostgresStore(pgbouncerSQL(t), inbox.SQLPostgresConfig{Table: table})
+			require.NoError(t, err)
+			return s
+		}},
+		{"sqlpostgres-exec-conn", func(t *testing.T, table string) inbox.Store {
+			conn, err := pgbouncerSQL(t).Conn(context.Background())
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = conn.Close() })
+			s, err := inbox.NewSQLPostgresStore(conn, inbox.SQLPostgresConfig{Table: table})
 			require.NoError(t, err)
 			return s
 		}},
 	}
+}
+
+// pgbouncerSQL opens a *sql.DB on pgx's driver through PgBouncer, in exec mode.
+func pgbouncerSQL(t *testing.T) *sql.DB {
+	return openSQL(t, "pgx", pgbouncerDSN(t, map[string]string{"default_query_exec_mode": "exec"}), "PgBouncer", "INBOX_PGBOUNCER_DSN")
 }
 
 // pgAttemptLockHeld reports whether a session of the server (reached directly) holds the

@@ -48,76 +48,47 @@ func statementCacheErr(pgErr *pgconn.PgError) bool {
 	return false
 }
 
-// checkPgxPooler fails with ErrStatementCache when db uses pgx's statement cache through
-// a pooler that moves transactions between server connections. Other modes, and
-// PostgreSQL reached directly or through a pooler in session mode, pass.
-func checkPgxPooler(ctx context.Context, db PgxDB) error {
+// pgxStatementCache reports whether db uses pgx's statement cache, which a pooler that
+// moves transactions breaks.
+func pgxStatementCache(db PgxDB) bool {
+	var conn *pgx.ConnConfig
 	switch db := db.(type) {
 	case *pgxpool.Pool:
-		if db.Config().ConnConfig.DefaultQueryExecMode != pgx.QueryExecModeCacheStatement || db.Config().MaxConns < 2 {
-			return nil
-		}
-		a, err := db.Acquire(ctx)
-		if err != nil {
-			return fmt.Errorf("inbox: checking the connection: %w", err)
-		}
-		defer a.Release()
-		b, err := db.Acquire(ctx)
-		if err != nil {
-			return fmt.Errorf("inbox: checking the connection: %w", err)
-		}
-		defer b.Release()
-		return probePooler(ctx, a.Conn().PgConn(), b.Conn().PgConn())
+		conn = db.Config().ConnConfig
 	case *pgx.Conn:
-		if db.Config().DefaultQueryExecMode != pgx.QueryExecModeCacheStatement {
-			return nil
-		}
-		other, err := pgx.ConnectConfig(ctx, db.Config())
+		conn = db.Config()
+	case *pgxpool.Conn:
+		conn = db.Conn().Config()
+	default:
+		return false
+	}
+	return conn.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement
+}
+
+// sqlStatementCache is pgxStatementCache for a *sql.DB or *sql.Conn: true on pgx's stdlib
+// driver in its statement cache mode. A *sql.DB lends one of its connections to be
+// asked.
+func sqlStatementCache(ctx context.Context, db SQLDB) (bool, error) {
+	conn, ok := db.(*sql.Conn)
+	if pool, isPool := db.(*sql.DB); isPool {
+		c, err := pool.Conn(ctx)
 		if err != nil {
-			return fmt.Errorf("inbox: checking the connection (a second one, for a moment): %w", err)
+			return false, fmt.Errorf("inbox: checking the connection for a pooler: %w", err)
 		}
-		defer other.Close(context.WithoutCancel(ctx))
-		return probePooler(ctx, db.PgConn(), other.PgConn())
+		defer c.Close()
+		conn, ok = c, true
 	}
-	return nil
-}
-
-// checkSQLPooler is checkPgxPooler for a *sql.DB on pgx's stdlib driver.
-func checkSQLPooler(ctx context.Context, db SQLDB) error {
-	pool, ok := db.(*sql.DB)
-	if !ok || pool.Stats().MaxOpenConnections == 1 {
+	if !ok {
+		return false, nil
+	}
+	cached := false
+	err := conn.Raw(func(dc any) error {
+		if pc, ok := dc.(interface{ Conn() *pgx.Conn }); ok {
+			cached = pc.Conn().Config().DefaultQueryExecMode == pgx.QueryExecModeCacheStatement
+		}
 		return nil
-	}
-	a, err := pool.Conn(ctx)
-	if err != nil {
-		return fmt.Errorf("inbox: checking the connection: %w", err)
-	}
-	defer a.Close()
-	b, err := pool.Conn(ctx)
-	if err != nil {
-		return fmt.Errorf("inbox: checking the connection: %w", err)
-	}
-	defer b.Close()
-	return a.Raw(func(ca any) error {
-		return b.Raw(func(cb any) error {
-			pa, okA := ca.(interface{ Conn() *pgx.Conn })
-			pb, okB := cb.(interface{ Conn() *pgx.Conn })
-			if !okA || !okB || pa.Conn().Config().DefaultQueryExecMode != pgx.QueryExecModeCacheStatement {
-				return nil // not pgx's driver, or not its statement cache
-			}
-			return probePooler(ctx, pa.Conn().PgConn(), pb.Conn().PgConn())
-		})
 	})
-}
-
-// probePooler fails with ErrStatementCache when a's transactions can run on server
-// connections other than its own (see movesTransactions).
-func probePooler(ctx context.Context, a, b *pgconn.PgConn) error {
-	moves, err := movesTransactions(ctx, a, b)
-	if err == nil && moves {
-		err = fmt.Errorf("inbox: %w: %s", ErrStatementCache, statementCacheFix)
-	}
-	return err
+	return cached, err
 }
 
 // movesTransactions finds out, with simple-protocol queries only (which prepare
@@ -201,8 +172,9 @@ const attemptsPoolerFix = "an attempt holds a session lock from its start to its
 	" set Config.MaxAttempts to 0 for this store, or connect the store to PostgreSQL directly (or through a pooler in session mode)"
 
 // poolerCheck remembers whether a store's handle reaches PostgreSQL through a pooler
-// that moves transactions, checked once (at New, or at the first claim that carries an
-// attempt); a check that failed is tried again.
+// that moves transactions, probed once for both of its uses (at New, or at the first
+// claim that carries an attempt): the statement cache and MaxAttempts. A probe that
+// failed is tried again.
 type poolerCheck struct {
 	mu    sync.Mutex
 	done  bool
@@ -210,22 +182,43 @@ type poolerCheck struct {
 	probe func(ctx context.Context) (bool, error)
 }
 
-// attempts fails with ErrAttemptsBehindPooler when the store's transactions move
-// between server connections.
-func (c *poolerCheck) attempts(ctx context.Context) error {
+// movesTransactions reports whether the store's transactions move between server
+// connections, probing on the first call (and again after a probe that failed).
+func (c *poolerCheck) movesTransactions(ctx context.Context) (bool, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.done {
 		moves, err := c.probe(ctx)
 		if err != nil {
-			return err
+			return false, err
 		}
 		c.done, c.moves = true, moves
 	}
-	if c.moves {
-		return fmt.Errorf("%w: %s", ErrAttemptsBehindPooler, attemptsPoolerFix)
+	return c.moves, nil
+}
+
+// attempts fails with ErrAttemptsBehindPooler when the store's transactions move
+// between server connections.
+func (c *poolerCheck) attempts(ctx context.Context) error {
+	moves, err := c.movesTransactions(ctx)
+	if err == nil && moves {
+		err = fmt.Errorf("%w: %s", ErrAttemptsBehindPooler, attemptsPoolerFix)
 	}
-	return nil
+	return err
+}
+
+// statementCache fails with ErrStatementCache when the store's handle uses pgx's
+// statement cache (cached) and its transactions move between server connections. Only
+// a cached handle is probed.
+func (c *poolerCheck) statementCache(ctx context.Context, cached bool) error {
+	if !cached {
+		return nil
+	}
+	moves, err := c.movesTransactions(ctx)
+	if err == nil && moves {
+		err = fmt.Errorf("inbox: %w: %s", ErrStatementCache, statementCacheFix)
+	}
+	return err
 }
 
 // claim is attempts for a claim that carries an attempt.

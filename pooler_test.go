@@ -22,7 +22,10 @@ import (
 // stmtcache_... already exists (SQLSTATE 42P05)"; the modes PgBouncer serves pass, and
 // so does the default mode on PostgreSQL directly and through PgBouncer in session mode.
 
-// newOn returns New's error for each handle kind over dsn, on tables that exist.
+// newOn returns New's error for each handle kind over dsn, on tables that exist: a pool,
+// a pool of one, a connection of a pool, a connection, and database/sql's pool, pool of
+// one and connection (a pool of one is never waited on: the check opens a second
+// connection outside it).
 func newOn(t *testing.T, dsn string) map[string]error {
 	t.Helper()
 	ctx := context.Background()
@@ -41,9 +44,32 @@ func newOn(t *testing.T, dsn string) map[string]error {
 	check("conn", store, err)
 	var one int
 	require.NoError(t, conn.QueryRow(ctx, "SELECT 1", pgx.QueryExecModeSimpleProtocol).Scan(&one), "the check leaves the connection usable")
+	cfg, err := pgxpool.ParseConfig(dsn)
+	require.NoError(t, err)
+	cfg.MaxConns = 1
+	poolOfOne, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(poolOfOne.Close)
+	store, err = inbox.NewPostgresStore(poolOfOne, inbox.PostgresConfig{Table: table})
+	check("pool of one", store, err)
+	pooled, err := pgPoolWith(t, dsn).Acquire(ctx)
+	require.NoError(t, err)
+	t.Cleanup(pooled.Release)
+	store, err = inbox.NewPostgresStore(pooled, inbox.PostgresConfig{Table: table})
+	check("connection of a pool", store, err)
+
 	db := openSQL(t, "pgx", dsn, "PostgreSQL", "INBOX_PGBOUNCER_DSN")
 	sqlStore, err := inbox.NewSQLPostgresStore(db, inbox.SQLPostgresConfig{Table: table})
 	check("database/sql", sqlStore, err)
+	dbOne := openSQL(t, "pgx", dsn, "PostgreSQL", "INBOX_PGBOUNCER_DSN")
+	dbOne.SetMaxOpenConns(1)
+	sqlStore, err = inbox.NewSQLPostgresStore(dbOne, inbox.SQLPostgresConfig{Table: table})
+	check("database/sql pool of one", sqlStore, err)
+	sqlConn, err := openSQL(t, "pgx", dsn, "PostgreSQL", "INBOX_PGBOUNCER_DSN").Conn(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sqlConn.Close() })
+	sqlStore, err = inbox.NewSQLPostgresStore(sqlConn, inbox.SQLPostgresConfig{Table: table})
+	check("*sql.Conn", sqlStore, err)
 	return errs
 }
 

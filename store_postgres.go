@@ -414,7 +414,7 @@ func (s *PostgresStore) Stats(ctx context.Context) ([]ConsumerStats, error) {
 // ErrStatementCache, when db uses pgx's statement cache through a pooler in transaction
 // mode (PgBouncer), where it cannot work.
 func (s *PostgresStore) Verify(ctx context.Context) error {
-	if err := checkPgxPooler(ctx, s.db); err != nil {
+	if err := s.pooler.statementCache(ctx, pgxStatementCache(s.db)); err != nil {
 		return err
 	}
 	var n int

@@ -218,7 +218,11 @@ func (s *SQLPostgresStore) Stats(ctx context.Context) ([]ConsumerStats, error) {
 // ErrStatementCache, when the driver uses pgx's statement cache through a pooler in
 // transaction mode (PgBouncer), where it cannot work.
 func (s *SQLPostgresStore) Verify(ctx context.Context) error {
-	if err := checkSQLPooler(ctx, s.db); err != nil {
+	cached, err := sqlStatementCache(ctx, s.db)
+	if err == nil {
+		err = s.pooler.statementCache(ctx, cached)
+	}
+	if err != nil {
 		return err
 	}
 	var n int
