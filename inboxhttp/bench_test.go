@@ -30,8 +30,11 @@ type httpTarget struct {
 	tgt          *benchload.Target
 	plain, inbox string
 	// empty answers the same 201 without touching the database: the HTTP floor.
-	empty  string
-	client *http.Client
+	empty string
+	// handwritten sends inbox's SQL for a new request, written by hand
+	// (benchload.HandWrittenHTTP): the floor of inboxhttp's SQL, without the library.
+	handwritten string
+	client      *http.Client
 }
 
 // newHTTPTarget opens the flavour's database: pgx, mariadb, or a variant of either:
@@ -91,6 +94,19 @@ func newHTTPTarget(b *testing.B, flavour string) *httpTarget {
 		reply(w, r.Header.Get("Idempotency-Key"))
 	}))
 	b.Cleanup(empty.Close)
+	handwritten := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		key, _ := inboxhttp.IdempotencyKey(r, nil)
+		body := fmt.Sprintf(`{"id":%q,"status":"applied"}`, key)
+		// What inboxhttp stores for it: version, status, one header, the body.
+		output := append([]byte("\x01\x00\xc9\x01\x0cContent-Type\x10application/json"), body...)
+		if err := tgt.HandWrittenHTTP(r.Context(), key, output); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		reply(w, key)
+	}))
+	b.Cleanup(handwritten.Close)
 	ib := tgt.Inbox
 	if session {
 		store, err := inbox.NewMySQLStore(db, inbox.MySQLConfig{Table: tgt.InboxTable, SessionIsolation: true})
@@ -116,7 +132,7 @@ func newHTTPTarget(b *testing.B, flavour string) *httpTarget {
 	b.Cleanup(withInbox.Close)
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	b.Cleanup(client.CloseIdleConnections)
-	return &httpTarget{tgt: tgt, plain: plain.URL, inbox: withInbox.URL, empty: empty.URL, client: client}
+	return &httpTarget{tgt: tgt, plain: plain.URL, inbox: withInbox.URL, empty: empty.URL, handwritten: handwritten.URL, client: client}
 }
 
 // op returns the Op that POSTs to url with the key, expecting 201 (replayed or not).
@@ -165,6 +181,27 @@ func BenchmarkHTTP(b *testing.B) {
 				b.ReportMetric(ab.A.Rate(), "plain/s")
 				b.ReportMetric(ab.B.Rate(), "inbox/s")
 				b.ReportMetric(ab.Ratio(), "ratio")
+			})
+		}
+	}
+}
+
+// BenchmarkHTTPFloor splits BenchmarkHTTP's ratio in two: inboxhttp against the same SQL
+// written by hand (the library's own cost on the HTTP path), and that SQL against the
+// plain handler (the floor of the SQL inboxhttp must send: the key's row, the stored
+// response and, on MariaDB and MySQL, the round trips database/sql cannot fold).
+func BenchmarkHTTPFloor(b *testing.B) {
+	for _, flavour := range []string{"pgx", "mariadb", "mariadb-rc"} {
+		for _, workers := range []int{1, 16} {
+			b.Run(fmt.Sprintf("%s/workers=%d", flavour, workers), func(b *testing.B) {
+				h := newHTTPTarget(b, flavour)
+				b.ResetTimer()
+				lib, err := benchload.Paired(context.Background(), workers, b.N, 0, h.op(h.handwritten, false), h.op(h.inbox, false))
+				require.NoError(b, err)
+				sql, err := benchload.Paired(context.Background(), workers, b.N, 0, h.op(h.plain, false), h.op(h.handwritten, false))
+				require.NoError(b, err)
+				b.ReportMetric(lib.Ratio(), "inbox/handwritten")
+				b.ReportMetric(sql.Ratio(), "handwritten/plain")
 			})
 		}
 	}

@@ -60,6 +60,13 @@ type Target struct {
 
 	oneMu sync.Mutex
 	one   *sql.DB // sqlite: a handle of one connection, for HandWritten
+
+	// HandWrittenHTTP's statements and transaction options on MariaDB and MySQL,
+	// prepared once.
+	hwOnce             sync.Once
+	hwErr              error
+	hwOpts             *sql.TxOptions
+	hwInsert, hwOutput *sql.Stmt
 }
 
 func (t *Target) mysql() bool { return t.Flavour == "mariadb" || t.Flavour == "mysql" }

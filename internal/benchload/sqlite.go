@@ -62,7 +62,7 @@ func (t *Target) sqliteAccounts() string {
 // code. On pgx, handWrittenPgx.
 func (t *Target) HandWritten(ctx context.Context, key string) error {
 	if t.Flavour == "pgx" {
-		return t.handWrittenPgx(ctx, key)
+		return t.handWrittenPgx(ctx, key, nil)
 	}
 	db, err := t.oneConn(ctx)
 	if err != nil {
