@@ -151,40 +151,13 @@ func exerciseBatches(t *testing.T, f storeFlavour) {
 		}
 		t.Run(name, func(t *testing.T) {
 			fx, ib := setup(t)
-			inHandler, release, first := make(chan struct{}), make(chan struct{}), make(chan error, 1)
-			go func() {
-				_, err := ib.Process(ctx, "billing", "held", func(ctx context.Context) error {
-					if err := fx.ledger.credit(ctx, 1000); err != nil {
-						return err
-					}
-					close(inHandler)
-					<-release
-					if !firstCommits {
-						return errors.New("first delivery fails")
-					}
-					return nil
-				})
-				first <- err
-			}()
-			<-inHandler
-			type verdict struct {
-				got []int
-				err error
-			}
-			second := make(chan verdict, 1)
+			h := holdCredit(ctx, t, ib, fx.ledger, "held", 1000, firstCommits)
 			peer := newTestInbox(t, fx.peer(t), inbox.Config{})
-			go func() {
+			second, err := raceHeld(t, h, "the batch must wait for the transaction holding one of its keys", func() ([]int, error) {
 				got, _, err := creditBatch(ctx, peer, fx.ledger, "billing", items("a", "held", "z"), 1000)
-				second <- verdict{got, err}
-			}()
-			select {
-			case v := <-second:
-				t.Fatalf("the batch must wait for the transaction holding one of its keys, got %+v", v)
-			case <-time.After(300 * time.Millisecond):
-			}
-			close(release)
-			err := <-first
-			v := <-second
+				return got, err
+			})
+			v := second[0]
 			require.NoError(t, v.err)
 			if firstCommits {
 				require.NoError(t, err)
@@ -327,23 +300,14 @@ func exerciseBatches(t *testing.T, f storeFlavour) {
 		t.Parallel()
 		fx := f.open(t, storeOpts{lockTimeout: 500 * time.Millisecond})
 		ib := newTestInbox(t, fx.store, inbox.Config{})
-		inHandler, release, done := make(chan struct{}), make(chan struct{}), make(chan struct{})
-		go func() {
-			defer close(done)
-			_, _ = ib.Process(ctx, "billing", "held", func(context.Context) error {
-				close(inHandler)
-				<-release
-				return nil
-			})
-		}()
-		<-inHandler
-		start := time.Now()
-		_, _, err := creditBatch(ctx, newTestInbox(t, fx.peer(t), inbox.Config{}), fx.ledger, "billing", items("free", "held"), 1)
-		waited := time.Since(start)
-		close(release)
-		<-done
-		require.ErrorIs(t, err, inbox.ErrContended)
-		require.Less(t, waited, 5*time.Second, "the wait is bounded")
+		h := holdClaim(t, true, func(hold func() error) error {
+			_, err := ib.Process(ctx, "billing", "held", func(context.Context) error { return hold() })
+			return err
+		})
+		requireBoundedWait(t, h, func() error {
+			_, _, err := creditBatch(ctx, newTestInbox(t, fx.peer(t), inbox.Config{}), fx.ledger, "billing", items("free", "held"), 1)
+			return err
+		})
 		got, _, err := creditBatch(ctx, ib, fx.ledger, "billing", items("free", "held"), 1)
 		require.NoError(t, err)
 		require.Equal(t, []int{0}, got, "the contended batch claimed nothing")

@@ -177,46 +177,23 @@ func exerciseOffsets(t *testing.T, f storeFlavour) {
 					_, err := creditOffsets(ctx, ib, fx.ledger, "billing", at("orders", 0, 99), 0)
 					require.NoError(t, err)
 				}
-				inHandler, release, first := make(chan struct{}), make(chan struct{}), make(chan error, 1)
-				go func() {
+				h := holdClaim(t, firstCommits, func(hold func() error) error {
 					_, err := ib.ProcessOffsets(ctx, "billing", at("orders", 0, base, base+1), func(ctx context.Context, fresh []int) error {
 						for range fresh {
 							if err := fx.ledger.credit(ctx, 1); err != nil {
 								return err
 							}
 						}
-						close(inHandler)
-						<-release
-						if !firstCommits {
-							return errors.New("the old owner fails")
-						}
-						return nil
+						return hold()
 					})
-					first <- err
-				}()
-				select {
-				case <-inHandler:
-				case err := <-first:
-					t.Fatalf("the first claim failed before its handler ran: %v", err)
-				}
-				type verdict struct {
-					got []int
-					err error
-				}
-				second := make(chan verdict, 1)
+					return err
+				})
 				peer := newTestInbox(t, fx.peer(t), inbox.Config{})
-				go func() { // the partition's new owner, during a rebalance
-					got, err := creditOffsets(ctx, peer, fx.ledger, "billing", at("orders", 0, base, base+1, base+2), 1)
-					second <- verdict{got, err}
-				}()
-				select {
-				case v := <-second:
-					t.Fatalf("the new owner must wait for the old owner's transaction, got %+v", v)
-				case <-time.After(300 * time.Millisecond):
-				}
-				close(release)
-				err := <-first
-				v := <-second
+				// The rival is the partition's new owner, during a rebalance.
+				second, err := raceHeld(t, h, "the new owner must wait for the old owner's transaction", func() ([]int, error) {
+					return creditOffsets(ctx, peer, fx.ledger, "billing", at("orders", 0, base, base+1, base+2), 1)
+				})
+				v := second[0]
 				require.NoError(t, v.err)
 				if firstCommits {
 					require.NoError(t, err)
@@ -261,23 +238,14 @@ func exerciseOffsets(t *testing.T, f storeFlavour) {
 		ib := newTestInbox(t, fx.store, inbox.Config{})
 		_, err := creditOffsets(ctx, ib, fx.ledger, "billing", at("orders", 0, 0), 1)
 		require.NoError(t, err)
-		inHandler, release, done := make(chan struct{}), make(chan struct{}), make(chan struct{})
-		go func() {
-			defer close(done)
-			_, _ = ib.ProcessOffsets(ctx, "billing", at("orders", 0, 1), func(context.Context, []int) error {
-				close(inHandler)
-				<-release
-				return nil
-			})
-		}()
-		<-inHandler
-		start := time.Now()
-		_, err = creditOffsets(ctx, newTestInbox(t, fx.peer(t), inbox.Config{}), fx.ledger, "billing", at("orders", 0, 1, 2), 1)
-		waited := time.Since(start)
-		close(release)
-		<-done
-		require.ErrorIs(t, err, inbox.ErrContended)
-		require.Less(t, waited, 5*time.Second, "the wait is bounded")
+		h := holdClaim(t, true, func(hold func() error) error {
+			_, err := ib.ProcessOffsets(ctx, "billing", at("orders", 0, 1), func(context.Context, []int) error { return hold() })
+			return err
+		})
+		requireBoundedWait(t, h, func() error {
+			_, err := creditOffsets(ctx, newTestInbox(t, fx.peer(t), inbox.Config{}), fx.ledger, "billing", at("orders", 0, 1, 2), 1)
+			return err
+		})
 	})
 
 	t.Run("OffsetsCancelledContextRollsBack", func(t *testing.T) {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -120,49 +119,19 @@ func exerciseStore(t *testing.T, f storeFlavour) {
 		}
 		t.Run(name, func(t *testing.T) {
 			fx, ib := setup(t)
-			inHandler, release := make(chan struct{}), make(chan struct{})
-			first := make(chan error, 1)
-			go func() {
-				_, err := ib.Process(ctx, "billing", "order-5", func(ctx context.Context) error {
-					if err := fx.ledger.credit(ctx, 190); err != nil {
-						return err
-					}
-					close(inHandler)
-					<-release
-					if !firstCommits {
-						return errors.New("first delivery fails")
-					}
-					return nil
-				})
-				first <- err
-			}()
-			<-inHandler
-
-			type verdict struct {
-				dup bool
-				err error
-			}
-			second := make(chan verdict, 1)
+			h := holdCredit(ctx, t, ib, fx.ledger, "order-5", 190, firstCommits)
 			peer := newTestInbox(t, fx.peer(t), inbox.Config{})
-			go func() {
-				dup, err := creditOnce(ctx, peer, fx.ledger, "billing", "order-5", 190)
-				second <- verdict{dup, err}
-			}()
-			select {
-			case v := <-second:
-				t.Fatalf("the second delivery must wait for the first's transaction, got %+v", v)
-			case <-time.After(300 * time.Millisecond):
-			}
-			close(release)
-			err := <-first
-			v := <-second
+			second, err := raceHeld(t, h, "the second delivery must wait for the first's transaction", func() (bool, error) {
+				return creditOnce(ctx, peer, fx.ledger, "billing", "order-5", 190)
+			})
+			v := second[0]
 			require.NoError(t, v.err)
 			if firstCommits {
 				require.NoError(t, err)
-				require.True(t, v.dup, "the first committed: the second is a duplicate")
+				require.True(t, v.got, "the first committed: the second is a duplicate")
 			} else {
 				require.Error(t, err)
-				require.False(t, v.dup, "the first rolled back: the second processes")
+				require.False(t, v.got, "the first rolled back: the second processes")
 			}
 			total, credits := fx.ledger.balance(t)
 			require.Equal(t, [2]int{190, 1}, [2]int{total, credits})
@@ -171,35 +140,21 @@ func exerciseStore(t *testing.T, f storeFlavour) {
 
 	t.Run("ThreeWayRaceAppliesOnce", func(t *testing.T) {
 		fx, ib := setup(t)
-		inHandler, release := make(chan struct{}), make(chan struct{})
-		first := make(chan error, 1)
-		go func() {
-			_, err := ib.Process(ctx, "billing", "order-6", func(ctx context.Context) error {
-				close(inHandler)
-				<-release
-				return errors.New("first delivery fails")
-			})
-			first <- err
-		}()
-		<-inHandler
-		var wg sync.WaitGroup
-		errs := make([]error, 2)
-		for i := range errs {
-			wg.Add(1)
+		h := holdClaim(t, false, func(hold func() error) error {
+			_, err := ib.Process(ctx, "billing", "order-6", func(context.Context) error { return hold() })
+			return err
+		})
+		rivals := make([]func() (bool, error), 2)
+		for i := range rivals {
 			peer := newTestInbox(t, fx.peer(t), inbox.Config{})
-			go func() {
-				defer wg.Done()
-				_, errs[i] = creditOnce(ctx, peer, fx.ledger, "billing", "order-6", 190)
-			}()
+			rivals[i] = func() (bool, error) { return creditOnce(ctx, peer, fx.ledger, "billing", "order-6", 190) }
 		}
-		time.Sleep(300 * time.Millisecond)
-		close(release)
-		require.Error(t, <-first)
-		wg.Wait()
+		others, err := raceHeld(t, h, "", rivals...)
+		require.Error(t, err)
 		// InnoDB may answer one waiter with a deadlock: retryable, never a silent ack.
-		for _, err := range errs {
-			if err != nil {
-				require.ErrorIs(t, err, inbox.ErrContended)
+		for _, o := range others {
+			if o.err != nil {
+				require.ErrorIs(t, o.err, inbox.ErrContended)
 				_, err = creditOnce(ctx, ib, fx.ledger, "billing", "order-6", 190)
 				require.NoError(t, err)
 			}
@@ -326,24 +281,14 @@ func exerciseStore(t *testing.T, f storeFlavour) {
 		t.Parallel()
 		fx := f.open(t, storeOpts{lockTimeout: 500 * time.Millisecond})
 		ib := newTestInbox(t, fx.store, inbox.Config{})
-		inHandler, release := make(chan struct{}), make(chan struct{})
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			_, _ = ib.Process(ctx, "billing", "order-13", func(context.Context) error {
-				close(inHandler)
-				<-release
-				return nil
-			})
-		}()
-		<-inHandler
-		start := time.Now()
-		_, err := creditOnce(ctx, newTestInbox(t, fx.peer(t), inbox.Config{}), fx.ledger, "billing", "order-13", 190)
-		waited := time.Since(start)
-		close(release)
-		<-done
-		require.ErrorIs(t, err, inbox.ErrContended)
-		require.Less(t, waited, 5*time.Second, "the wait is bounded")
+		h := holdClaim(t, true, func(hold func() error) error {
+			_, err := ib.Process(ctx, "billing", "order-13", func(context.Context) error { return hold() })
+			return err
+		})
+		requireBoundedWait(t, h, func() error {
+			_, err := creditOnce(ctx, newTestInbox(t, fx.peer(t), inbox.Config{}), fx.ledger, "billing", "order-13", 190)
+			return err
+		})
 		total, _ := fx.ledger.balance(t)
 		require.Zero(t, total)
 	})

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -112,42 +111,9 @@ func TestKafkaOffsetsCrashAfterCommitBeforeOffsetCommit(t *testing.T) {
 // record applied once, and the stored offsets end at the log's ends.
 func TestKafkaOffsetsRebalanceBetweenProcesses(t *testing.T) {
 	t.Parallel()
-	brokers := brokertest.KafkaBrokers(t)
-	s := newSetup(t)
-	topic, group := brokertest.Name("offrebalance"), brokertest.Name("group")
-	brokertest.CreateTopic(t, brokers, topic, 4)
-	pub := kafkaPublisher(t, brokers)
-
-	var published atomic.Int64
-	stop := make(chan struct{})
-	pubDone := make(chan error, 1)
-	go func() {
-		for {
-			select {
-			case <-stop:
-				pubDone <- nil
-				return
-			case <-time.After(5 * time.Millisecond):
-			}
-			if err := pub.Publish(topic, message.NewMessage(watermill.NewUUID(), []byte("credit"))); err != nil {
-				pubDone <- err
-				return
-			}
-			published.Add(1)
-		}
-	}()
-	stopPublishing := func() {
-		select {
-		case <-stop:
-		default:
-			close(stop)
-			require.NoError(t, <-pubDone)
-		}
-	}
-	t.Cleanup(stopPublishing)
-
-	args := helperArgs{Broker: "kafka", Brokers: brokers, Topic: topic, Group: group,
-		InboxTable: s.inboxTable, LedgerTable: s.ledgerTable, Consumer: "ledger", Offsets: true}
+	f := startKafkaFlow(t, "offrebalance")
+	args := helperArgs{Broker: "kafka", Brokers: f.brokers, Topic: f.topic, Group: f.group,
+		InboxTable: f.s.inboxTable, LedgerTable: f.s.ledgerTable, Consumer: "ledger", Offsets: true}
 	a := startChild(t, args)
 	a.waitFor(t, "processed", 10)
 	b := startChild(t, args)
@@ -155,20 +121,14 @@ func TestKafkaOffsetsRebalanceBetweenProcesses(t *testing.T) {
 	a.waitFor(t, "processed", a.count("processed")+5)
 	a.kill(t)
 	b.waitFor(t, "processed", b.count("processed")+10) // B took over A's partitions
-	stopPublishing()
+	want := f.stopPublishing(t)
 
-	want := int(published.Load())
-	require.Eventually(t, func() bool {
-		_, distinct := s.ledger.Counts(t)
-		return distinct == want
-	}, wait, 20*time.Millisecond, "all %d records applied", want)
-	rows, distinct := s.ledger.Counts(t)
-	require.Equal(t, want, distinct, "none lost")
-	require.Equal(t, want, rows, "none applied twice")
+	f.awaitApplied(t, want)
+	f.requireAppliedOnce(t, want)
 	require.GreaterOrEqual(t, b.count("duplicate"), 1, "records A acked but never committed came to B and were skipped")
-	ib := s.offsetInbox(t, "ledger", nil)
+	ib := f.s.offsetInbox(t, "ledger", nil)
 	require.Eventually(t, func() bool { return storedNext(t, ib, "ledger") == int64(want) }, wait, 20*time.Millisecond)
-	require.Equal(t, logEnds(t, brokers, topic), storedNext(t, ib, "ledger"))
+	require.Equal(t, logEnds(t, f.brokers, f.topic), storedNext(t, ib, "ledger"))
 	t.Logf("%d records; A processed %d, B processed %d and skipped %d duplicates", want, a.count("processed"), b.count("processed"), b.count("duplicate"))
 }
 

@@ -69,42 +69,9 @@ func TestKafkaCrashAfterCommitBeforeOffsetCommit(t *testing.T) {
 // other then SIGKILLed with acked but uncommitted offsets: every record applied once.
 func TestKafkaRebalanceBetweenProcesses(t *testing.T) {
 	t.Parallel()
-	brokers := brokertest.KafkaBrokers(t)
-	s := newSetup(t)
-	topic, group := brokertest.Name("rebalance"), brokertest.Name("group")
-	brokertest.CreateTopic(t, brokers, topic, 4)
-	pub := kafkaPublisher(t, brokers)
-
-	var published atomic.Int64
-	stop := make(chan struct{})
-	pubDone := make(chan error, 1)
-	go func() {
-		for {
-			select {
-			case <-stop:
-				pubDone <- nil
-				return
-			case <-time.After(5 * time.Millisecond):
-			}
-			if err := pub.Publish(topic, message.NewMessage(watermill.NewUUID(), []byte("credit"))); err != nil {
-				pubDone <- err
-				return
-			}
-			published.Add(1)
-		}
-	}()
-	stopPublishing := func() {
-		select {
-		case <-stop:
-		default:
-			close(stop)
-			require.NoError(t, <-pubDone)
-		}
-	}
-	t.Cleanup(stopPublishing)
-
-	args := helperArgs{Broker: "kafka", Brokers: brokers, Topic: topic, Group: group,
-		InboxTable: s.inboxTable, LedgerTable: s.ledgerTable, Consumer: "ledger"}
+	f := startKafkaFlow(t, "rebalance")
+	args := helperArgs{Broker: "kafka", Brokers: f.brokers, Topic: f.topic, Group: f.group,
+		InboxTable: f.s.inboxTable, LedgerTable: f.s.ledgerTable, Consumer: "ledger"}
 	a := startChild(t, args)
 	a.waitFor(t, "processed", 10)
 	b := startChild(t, args)
@@ -113,16 +80,10 @@ func TestKafkaRebalanceBetweenProcesses(t *testing.T) {
 	a.waitFor(t, "processed", a.count("processed")+5)
 	a.kill(t)
 	b.waitFor(t, "processed", b.count("processed")+10) // B took over A's partitions
-	stopPublishing()
+	want := f.stopPublishing(t)
 
-	want := int(published.Load())
-	require.Eventually(t, func() bool {
-		_, distinct := s.ledger.Counts(t)
-		return distinct == want
-	}, wait, 20*time.Millisecond, "all %d records applied", want)
-	rows, distinct := s.ledger.Counts(t)
-	require.Equal(t, want, distinct, "none lost")
-	require.Equal(t, want, rows, "none applied twice")
+	f.awaitApplied(t, want)
+	f.requireAppliedOnce(t, want)
 	require.GreaterOrEqual(t, b.count("duplicate"), 1, "records A acked but never committed came to B and were skipped")
 	t.Logf("%d records; A processed %d, B processed %d and skipped %d duplicates", want, a.count("processed"), b.count("processed"), b.count("duplicate"))
 }

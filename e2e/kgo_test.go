@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -175,39 +174,8 @@ func TestKgoCrashBetweenDatabaseAndOffsetCommit(t *testing.T) {
 // the database end at the log's ends.
 func TestKgoOffsetsRebalanceBetweenProcesses(t *testing.T) {
 	t.Parallel()
-	brokers := brokertest.KafkaBrokers(t)
-	s := newSetup(t)
-	topic, group := brokertest.Name("kgorebalance"), brokertest.Name("group")
-	brokertest.CreateTopic(t, brokers, topic, 4)
-	pub := kafkaPublisher(t, brokers)
-	var published atomic.Int64
-	stop, pubDone := make(chan struct{}), make(chan error, 1)
-	go func() {
-		for {
-			select {
-			case <-stop:
-				pubDone <- nil
-				return
-			case <-time.After(5 * time.Millisecond):
-			}
-			if err := pub.Publish(topic, message.NewMessage(watermill.NewUUID(), []byte("credit"))); err != nil {
-				pubDone <- err
-				return
-			}
-			published.Add(1)
-		}
-	}()
-	stopPublishing := func() {
-		select {
-		case <-stop:
-		default:
-			close(stop)
-			require.NoError(t, <-pubDone)
-		}
-	}
-	t.Cleanup(stopPublishing)
-
-	args := kgoArgs{Brokers: brokers, Topic: topic, Group: group, InboxTable: s.inboxTable, LedgerTable: s.ledgerTable, Consumer: "ledger", Offsets: true}
+	f := startKafkaFlow(t, "kgorebalance")
+	args := kgoArgs{Brokers: f.brokers, Topic: f.topic, Group: f.group, InboxTable: f.s.inboxTable, LedgerTable: f.s.ledgerTable, Consumer: "ledger", Offsets: true}
 	a := startHelper(t, "TestKgoHelperProcess", kgoHelperEnv, args)
 	a.waitFor(t, "committed", 3)
 	b := startHelper(t, "TestKgoHelperProcess", kgoHelperEnv, args)
@@ -215,17 +183,11 @@ func TestKgoOffsetsRebalanceBetweenProcesses(t *testing.T) {
 	a.waitFor(t, "committed", a.count("committed")+2)
 	a.kill(t)
 	b.waitFor(t, "committed", b.count("committed")+5) // B took over A's partitions
-	stopPublishing()
+	want := f.stopPublishing(t)
 
-	want := int(published.Load())
-	require.Eventually(t, func() bool {
-		_, distinct := s.ledger.Counts(t)
-		return distinct == want
-	}, wait, 20*time.Millisecond, "all %d records applied", want)
+	f.awaitApplied(t, want)
 	b.kill(t)
-	rows, distinct := s.ledger.Counts(t)
-	require.Equal(t, want, distinct, "none lost")
-	require.Equal(t, want, rows, "none applied twice")
-	require.Equal(t, logEnds(t, brokers, topic), storedNext(t, s.offsetInbox(t, "ledger", nil), "ledger"))
+	f.requireAppliedOnce(t, want)
+	require.Equal(t, logEnds(t, f.brokers, f.topic), storedNext(t, f.s.offsetInbox(t, "ledger", nil), "ledger"))
 	t.Logf("%d records; A committed %d batches, B %d; B skipped %d records", want, a.count("committed"), b.count("committed"), skipped(b))
 }
