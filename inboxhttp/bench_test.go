@@ -99,12 +99,20 @@ func newHTTPTarget(b *testing.B, flavour string) *httpTarget {
 		key, _ := inboxhttp.IdempotencyKey(r, nil)
 		body := fmt.Sprintf(`{"id":%q,"status":"applied"}`, key)
 		// What inboxhttp stores for it: version, status, one header, the body.
-		output := append([]byte("\x01\x00\xc9\x01\x0cContent-Type\x10application/json"), body...)
-		if err := tgt.HandWrittenHTTP(r.Context(), key, output); err != nil {
+		const header = "\x01\x00\xc9\x01\x0cContent-Type\x10application/json"
+		output := append([]byte(header), body...)
+		stored, replayed, err := tgt.HandWrittenHTTP(r.Context(), key, output)
+		switch {
+		case err != nil:
 			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
+		case replayed: // what inboxhttp sends: the stored body, marked
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Idempotent-Replayed", "true")
+			w.WriteHeader(http.StatusCreated)
+			_, _ = w.Write(stored[len(header):])
+		default:
+			reply(w, key)
 		}
-		reply(w, key)
 	}))
 	b.Cleanup(handwritten.Close)
 	ib := tgt.Inbox
@@ -210,23 +218,35 @@ func BenchmarkHTTPFloor(b *testing.B) {
 // BenchmarkHTTPReplay: replayed responses against first requests through inboxhttp. The
 // first-request side queues its keys; the replay side sends a queued key again. The
 // floor variant pairs the replays with a handler that answers without the database, to
-// show how much of a replay is the HTTP exchange itself (ratio replay over floor).
+// show how much of a replay is the HTTP exchange itself (ratio replay over floor). The
+// handwritten variant (pgx and MariaDB) is first and replay both by inboxhttp's SQL
+// written by hand (benchload.HandWrittenHTTP), a replay through the claim: the floor of
+// the replays the Inbox does not remember (the -nohints flavours).
 func BenchmarkHTTPReplay(b *testing.B) {
 	for _, flavour := range replayFlavours {
 		for _, workers := range []int{1, 16} {
-			for _, against := range []string{"first", "floor"} {
+			against := []string{"first", "floor"}
+			if !strings.HasSuffix(flavour, "-nohints") {
+				against = append(against, "handwritten")
+			}
+			for _, against := range against {
 				b.Run(fmt.Sprintf("%s/workers=%d/%s", flavour, workers, against), func(b *testing.B) {
-					benchmarkReplay(b, newHTTPTarget(b, flavour), workers, against == "floor")
+					benchmarkReplay(b, newHTTPTarget(b, flavour), workers, against)
 				})
 			}
 		}
 	}
 }
 
-func benchmarkReplay(b *testing.B, h *httpTarget, workers int, floor bool) {
+func benchmarkReplay(b *testing.B, h *httpTarget, workers int, against string) {
 	ctx := context.Background()
+	floor := against == "floor"
+	url := h.inbox
+	if against == "handwritten" {
+		url = h.handwritten
+	}
 	done := make(chan string, b.N+workers+b.N)
-	firstOp := h.op(h.inbox, false)
+	firstOp := h.op(url, false)
 	first := func(ctx context.Context, key string) error {
 		err := firstOp(ctx, key)
 		if err == nil {
@@ -241,7 +261,7 @@ func benchmarkReplay(b *testing.B, h *httpTarget, workers int, floor bool) {
 	for i := range seeds {
 		require.NoError(b, first(ctx, fmt.Sprintf("seed-%d-%d", i, rand.Uint32())))
 	}
-	replayOp := h.op(h.inbox, true)
+	replayOp := h.op(url, true)
 	replay := func(ctx context.Context, _ string) error { return replayOp(ctx, <-done) }
 	a, name := first, "first"
 	if floor {

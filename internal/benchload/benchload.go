@@ -63,10 +63,10 @@ type Target struct {
 
 	// HandWrittenHTTP's statements and transaction options on MariaDB and MySQL,
 	// prepared once.
-	hwOnce             sync.Once
-	hwErr              error
-	hwOpts             *sql.TxOptions
-	hwInsert, hwOutput *sql.Stmt
+	hwOnce                       sync.Once
+	hwErr                        error
+	hwOpts                       *sql.TxOptions
+	hwInsert, hwOutput, hwStored *sql.Stmt
 }
 
 func (t *Target) mysql() bool { return t.Flavour == "mariadb" || t.Flavour == "mysql" }

@@ -3,10 +3,12 @@ package benchload
 import (
 	"context"
 	"database/sql"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -15,12 +17,13 @@ import (
 // hand with none of the library's code: on a connection of the pool, the key's INSERT
 // folded into the BEGIN (one simple query, the key quoted), the handler's statements,
 // then, with an output, its UPDATE and COMMIT in one round trip (a batch), else COMMIT.
-// A duplicate key rolls back without running the handler. It is the floor the message
+// A duplicate key rolls back without running the handler and, with an output, reads
+// the stored one, as the store does (replayed). It is the floor the message
 // path is measured against (-compare handwritten:inbox), and inboxhttp's with an output.
-func (t *Target) handWrittenPgx(ctx context.Context, key string, output []byte) error {
+func (t *Target) handWrittenPgx(ctx context.Context, key string, output []byte) (stored []byte, replayed bool, err error) {
 	c, err := t.Pool.Acquire(ctx)
 	if err != nil {
-		return err
+		return nil, false, err
 	}
 	defer c.Release()
 	begin := "begin isolation level read committed; INSERT INTO " + pgx.Identifier{t.InboxTable}.Sanitize() +
@@ -28,58 +31,79 @@ func (t *Target) handWrittenPgx(ctx context.Context, key string, output []byte) 
 	tx, err := c.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted, BeginQuery: begin})
 	if err != nil {
 		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "23505" {
-			_, err = c.Exec(ctx, "ROLLBACK")
+		if !errors.As(err, &pgErr) || pgErr.Code != "23505" {
+			return nil, false, err
 		}
-		return err
+		if output == nil {
+			_, err = c.Exec(ctx, "ROLLBACK")
+			return nil, true, err
+		}
+		// A replay: the rollback and the read of the stored response in one round trip.
+		results, err := c.Conn().PgConn().Exec(ctx, "ROLLBACK; SELECT encode(output, 'hex') FROM "+pgx.Identifier{t.InboxTable}.Sanitize()+
+			" WHERE consumer = 'handwritten' AND key = '"+strings.ReplaceAll(key, "'", "''")+"'").ReadAll()
+		if err != nil {
+			return nil, true, err
+		}
+		if len(results) != 2 || len(results[1].Rows) != 1 {
+			return nil, true, fmt.Errorf("handwritten: no stored row for %s", key)
+		}
+		stored, err := hex.DecodeString(string(results[1].Rows[0][0]))
+		return stored, true, err
 	}
 	if err := t.work(ctx, tx, key); err != nil {
-		return errors.Join(err, tx.Rollback(ctx))
+		return nil, false, errors.Join(err, tx.Rollback(ctx))
 	}
 	if output == nil {
-		return tx.Commit(ctx)
+		return nil, false, tx.Commit(ctx)
 	}
 	batch := &pgx.Batch{}
 	batch.Queue("UPDATE "+pgx.Identifier{t.InboxTable}.Sanitize()+" SET output = $3 WHERE consumer = $1 AND key = $2", "handwritten", key, output)
 	batch.Queue("commit")
 	if err := c.SendBatch(ctx, batch).Close(); err != nil {
-		return errors.Join(err, tx.Rollback(ctx))
+		return nil, false, errors.Join(err, tx.Rollback(ctx))
 	}
-	return nil
+	return nil, false, nil
 }
 
-// HandWrittenHTTP is the SQL inboxhttp sends for a new request, written by hand: the
-// key's INSERT, the handler's statements, the response's UPDATE and the COMMIT. On pgx
-// see handWrittenPgx; on MariaDB and MySQL, as the MySQLStore sends them: the key's
-// INSERT and the UPDATE prepared once per connection, and SET TRANSACTION ISOLATION
-// LEVEL READ COMMITTED before the START TRANSACTION unless the session is there already.
-// The pair inboxhttp / HandWrittenHTTP is the library's own cost on the HTTP path,
+// HandWrittenHTTP is the SQL inboxhttp sends for a request, written by hand: the key's
+// INSERT, the handler's statements, the response's UPDATE and the COMMIT; for a key
+// already there (replayed), the refused INSERT, the read of the stored response and the
+// ROLLBACK: the claim path of a replay, as a key the Inbox does not remember takes it.
+// On pgx see handWrittenPgx; on MariaDB and MySQL, as the MySQLStore sends them: its
+// statements prepared once per connection, and SET TRANSACTION ISOLATION LEVEL READ
+// COMMITTED before the START TRANSACTION unless the session is there already. The pair
+// inboxhttp / HandWrittenHTTP is the library's own cost on the HTTP path,
 // HandWrittenHTTP / Baseline the floor of its SQL.
-func (t *Target) HandWrittenHTTP(ctx context.Context, key string, output []byte) error {
+func (t *Target) HandWrittenHTTP(ctx context.Context, key string, output []byte) (stored []byte, replayed bool, err error) {
 	if t.Flavour == "pgx" {
 		return t.handWrittenPgx(ctx, key, output)
 	}
 	if !t.mysql() {
-		return fmt.Errorf("handwritten HTTP: pgx, mariadb or mysql, not %s", t.Flavour)
+		return nil, false, fmt.Errorf("handwritten HTTP: pgx, mariadb or mysql, not %s", t.Flavour)
 	}
 	t.hwOnce.Do(func() { t.hwErr = t.prepareHandWritten(ctx) })
 	if t.hwErr != nil {
-		return t.hwErr
+		return nil, false, t.hwErr
 	}
 	tx, err := t.DB.BeginTx(ctx, t.hwOpts)
 	if err != nil {
-		return err
+		return nil, false, err
 	}
-	if _, err := tx.StmtContext(ctx, t.hwInsert).ExecContext(ctx, "handwritten", key, nil); err != nil {
-		return errors.Join(err, tx.Rollback())
+	_, err = tx.StmtContext(ctx, t.hwInsert).ExecContext(ctx, "handwritten", key, nil)
+	if myErr := (*mysql.MySQLError)(nil); errors.As(err, &myErr) && myErr.Number == 1062 { // a duplicate
+		err = tx.StmtContext(ctx, t.hwStored).QueryRowContext(ctx, "handwritten", key).Scan(&stored)
+		return stored, true, errors.Join(err, tx.Rollback())
 	}
-	if err := t.work(ctx, tx, key); err != nil {
-		return errors.Join(err, tx.Rollback())
+	if err == nil {
+		err = t.work(ctx, tx, key)
 	}
-	if _, err := tx.StmtContext(ctx, t.hwOutput).ExecContext(ctx, output, "handwritten", key); err != nil {
-		return errors.Join(err, tx.Rollback())
+	if err == nil {
+		_, err = tx.StmtContext(ctx, t.hwOutput).ExecContext(ctx, output, "handwritten", key)
 	}
-	return tx.Commit()
+	if err != nil {
+		return nil, false, errors.Join(err, tx.Rollback())
+	}
+	return nil, false, tx.Commit()
 }
 
 // prepareHandWritten prepares HandWrittenHTTP's statements on MariaDB or MySQL and asks
@@ -99,6 +123,9 @@ func (t *Target) prepareHandWritten(ctx context.Context) error {
 	if t.hwInsert, err = t.DB.PrepareContext(ctx, "INSERT INTO "+table+" (`consumer`, `key`, `fingerprint`) VALUES (?, ?, ?)"); err != nil {
 		return err
 	}
-	t.hwOutput, err = t.DB.PrepareContext(ctx, "UPDATE "+table+" SET `output` = ? WHERE `consumer` = ? AND `key` = ?")
+	if t.hwOutput, err = t.DB.PrepareContext(ctx, "UPDATE "+table+" SET `output` = ? WHERE `consumer` = ? AND `key` = ?"); err != nil {
+		return err
+	}
+	t.hwStored, err = t.DB.PrepareContext(ctx, "SELECT `output` FROM "+table+" WHERE `consumer` = ? AND `key` = ?")
 	return err
 }
