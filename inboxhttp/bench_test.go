@@ -42,7 +42,7 @@ type httpTarget struct {
 // TRANSACTION round trip), mariadb-rc (the DSN puts every session at READ COMMITTED, both
 // sides; the store finds it and sends no SET TRANSACTION), pgx-nohints and
 // mariadb-nohints (inbox.Config.RecentKeys off: a replay goes through the claim, as one
-// the process did not see first does).
+// the process did not see first does); variants combine (mariadb-rc-nohints).
 func newHTTPTarget(b *testing.B, flavour string) *httpTarget {
 	b.Helper()
 	ctx := context.Background()
@@ -50,8 +50,12 @@ func newHTTPTarget(b *testing.B, flavour string) *httpTarget {
 	if base, v, ok := strings.Cut(flavour, "-"); ok {
 		flavour, variant = base, v
 	}
-	session := variant == "session"
-	if variant == "rc" {
+	variants := map[string]bool{}
+	for _, v := range strings.Split(variant, "-") {
+		variants[v] = true
+	}
+	session := variants["session"]
+	if variants["rc"] {
 		_, dsn := benchload.DSN(flavour)
 		cfg, err := mysql.ParseDSN(dsn)
 		require.NoError(b, err)
@@ -122,7 +126,7 @@ func newHTTPTarget(b *testing.B, flavour string) *httpTarget {
 		ib, err = inbox.New(inbox.Config{Store: store})
 		require.NoError(b, err)
 	}
-	if variant == "nohints" {
+	if variants["nohints"] {
 		ib, err = inbox.New(inbox.Config{Store: tgt.Store, RecentKeys: -1})
 		require.NoError(b, err)
 	}
@@ -171,7 +175,7 @@ func (h *httpTarget) op(url string, replayed bool) benchload.Op {
 
 var (
 	httpFlavours   = []string{"pgx", "mariadb", "mariadb-session", "mariadb-rc"}
-	replayFlavours = []string{"pgx", "pgx-nohints", "mariadb", "mariadb-nohints", "mariadb-rc"}
+	replayFlavours = []string{"pgx", "pgx-nohints", "mariadb", "mariadb-nohints", "mariadb-rc", "mariadb-rc-nohints"}
 )
 
 // BenchmarkHTTP: a POST whose handler does one UPDATE, behind inboxhttp (the UPDATE in the
