@@ -46,6 +46,13 @@ func (f storeFlavour) record(topic string, partition int32, offset int64) *messa
 	return msg
 }
 
+// slowCredit is ib's middleware around a handler that credits the ledger.
+func slowCredit(ib *inbox.Inbox, fx fixture) message.HandlerFunc {
+	return ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+		return nil, fx.ledger.credit(msg.Context(), 1)
+	})
+}
+
 func exerciseOffsetMiddleware(t *testing.T, f storeFlavour) {
 	ctx := f.context()
 	setup := func(t *testing.T, cfg inbox.Config) (fixture, *inbox.Inbox, *observations) {
@@ -155,8 +162,18 @@ func exerciseOffsetMiddleware(t *testing.T, f storeFlavour) {
 		}
 		_, err = plain(f.record("orders", 5, 2))
 		require.NoError(t, err, "once the first left, the next one goes")
+
+		// A message acked before the inbox (InstantAck in front of it): refused on its
+		// own, whether or not the next one overlaps it, and not processed.
+		early := f.record("orders", 5, 3)
+		early.Ack()
+		_, err = slowCredit(ib, fx)(early)
+		require.ErrorIs(t, err, inbox.ErrNotInOrder)
+		require.ErrorContains(t, err, "InstantAck")
+		_, err = plain(f.record("orders", 5, 3))
+		require.NoError(t, err, "the refusal left the partition free")
 		total, _ := fx.ledger.balance(t)
-		require.Equal(t, 1, total)
+		require.Equal(t, 1, total, "the early-acked message was not processed")
 	})
 
 	t.Run("OffsetMiddlewareJoinsTransactionFromContext", func(t *testing.T) {

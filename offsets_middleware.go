@@ -96,7 +96,9 @@ func (ib *Inbox) claim(ctx context.Context, joined any, rec Record) (Claim, erro
 // time per partition, is what makes a stored offset mean "everything below was
 // processed". It catches subscribers that deliver a partition concurrently, and
 // middlewares that ack before the handler returns (InstantAck) in front of a
-// subscriber that waits for the ack.
+// subscriber that waits for the ack: a message acked before it got here is refused
+// even when the next one does not overlap it (watermill-kafka cancels an acked
+// message's context, so it would otherwise fail as a cancelled one, and be lost).
 func (ib *Inbox) positionMiddleware(next message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		rec, _, err := ib.record(msg)
@@ -104,6 +106,11 @@ func (ib *Inbox) positionMiddleware(next message.HandlerFunc) message.HandlerFun
 			return next(msg)
 		}
 		leave, err := ib.inFlight.enter(rec)
+		if err == nil && acked(msg) { // after enter: two such messages may overlap, and either error says it
+			leave()
+			err = fmt.Errorf("%w: the message was acked before it reached the inbox middleware, so the subscriber moves on to the partition's next message before this one is processed: remove the middleware that acks early (InstantAck) from in front of the inbox",
+				ErrNotInOrder)
+		}
 		if err != nil {
 			ib.cfg.Logger.Error("inbox: message refused: its partition has another message in flight", err,
 				watermill.LogFields{"consumer": rec.Consumer, "record": rec.Key, "message_uuid": msg.UUID})
@@ -113,6 +120,16 @@ func (ib *Inbox) positionMiddleware(next message.HandlerFunc) message.HandlerFun
 		}
 		defer leave()
 		return next(msg)
+	}
+}
+
+// acked reports whether msg was acked already.
+func acked(msg *message.Message) bool {
+	select {
+	case <-msg.Acked():
+		return true
+	default:
+		return false
 	}
 }
 

@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/watermill-inbox/inbox"
@@ -201,11 +203,13 @@ func TestKafkaOffsetsRefuseInstantAck(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var refused []error
+	outcomes := map[string]int{} // what the inbox saw, for the failure's message
 	obs := inbox.ObserverFunc(func(_ context.Context, o inbox.Observation) {
+		mu.Lock()
+		defer mu.Unlock()
+		outcomes[fmt.Sprint(o.Outcome, ": ", o.Err)]++
 		if errors.Is(o.Err, inbox.ErrNotInOrder) {
-			mu.Lock()
 			refused = append(refused, o.Err)
-			mu.Unlock()
 		}
 	})
 	ib := s.offsetInbox(t, "ledger", obs)
@@ -216,11 +220,15 @@ func TestKafkaOffsetsRefuseInstantAck(t *testing.T) {
 			return s.ledger.Apply(m.Context(), "kafka", m.UUID)
 		})
 	})
-	require.Eventually(t, func() bool {
+	if !assert.Eventually(t, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(refused) > 0
-	}, wait, 10*time.Millisecond, "the partition's second message in flight is refused")
+	}, wait, 10*time.Millisecond, "the partition's second message in flight is refused") {
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("the inbox saw %v", outcomes)
+	}
 	mu.Lock()
 	require.ErrorContains(t, refused[0], "InstantAck")
 	mu.Unlock()
