@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/watermill-inbox/inbox"
@@ -40,12 +39,7 @@ func pgbouncerStores() []struct {
 		{"pgx-exec", pgxStore("exec")},
 		{"pgx-simple", pgxStore("simple_protocol")},
 		{"pgx-exec-pool-of-one", func(t *testing.T, table string) inbox.Store {
-			cfg, err := pgxpool.ParseConfig(pgbouncerDSN(t, map[string]string{"default_query_exec_mode": "exec"}))
-			require.NoError(t, err)
-			cfg.MaxConns = 1
-			pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-			require.NoError(t, err)
-			t.Cleanup(pool.Close)
+			pool := pgPoolOf(t, pgbouncerDSN(t, map[string]string{"default_query_exec_mode": "exec"}), 1)
 			s, err := inbox.NewPostgresStore(pool, inbox.PostgresConfig{Table: table})
 			require.NoError(t, err)
 			return s

@@ -44,13 +44,7 @@ func newOn(t *testing.T, dsn string) map[string]error {
 	check("conn", store, err)
 	var one int
 	require.NoError(t, conn.QueryRow(ctx, "SELECT 1", pgx.QueryExecModeSimpleProtocol).Scan(&one), "the check leaves the connection usable")
-	cfg, err := pgxpool.ParseConfig(dsn)
-	require.NoError(t, err)
-	cfg.MaxConns = 1
-	poolOfOne, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(poolOfOne.Close)
-	store, err = inbox.NewPostgresStore(poolOfOne, inbox.PostgresConfig{Table: table})
+	store, err = inbox.NewPostgresStore(pgPoolOf(t, dsn, 1), inbox.PostgresConfig{Table: table})
 	check("pool of one", store, err)
 	pooled, err := pgPoolWith(t, dsn).Acquire(ctx)
 	require.NoError(t, err)
@@ -131,6 +125,18 @@ func TestStatementCacheFailureIsExplained(t *testing.T) {
 	t.Fatal("200 calls from two pools of pgx's statement cache through PgBouncer in transaction mode all passed")
 }
 
+// pgPoolOf opens a pool of at most maxConns connections to dsn, closed when the test ends.
+func pgPoolOf(t *testing.T, dsn string, maxConns int32) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(dsn)
+	require.NoError(t, err)
+	cfg.MaxConns = maxConns
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return pool
+}
+
 // sessionPgBouncer starts a PgBouncer of the test's own in session mode on a free port
 // (scripts/pgbouncer.sh), stopped when the test ends, and returns its DSN. It needs the
 // shared one's INBOX_PGBOUNCER_DSN to be set (the same CI runs both).
@@ -159,13 +165,7 @@ func sessionPgBouncer(t *testing.T) string {
 func TestPoolerCheckLeavesNoTransactionOpen(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	dsn := pgbouncerDSN(t, nil)
-	cfg, err := pgxpool.ParseConfig(dsn)
-	require.NoError(t, err)
-	cfg.MaxConns = 2
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool := pgPoolOf(t, pgbouncerDSN(t, nil), 2)
 	table := tableName("inbox")
 	newPgxStore(t, pgPool(t), inbox.PostgresConfig{Table: table})
 	store, err := inbox.NewPostgresStore(pool, inbox.PostgresConfig{Table: table})
