@@ -35,7 +35,11 @@ func TestRacingDeliveriesApplyOnce(t *testing.T) {
 			<-start
 			dup, err := ib.Process(ctx, "billing", "order-1", func(ctx context.Context) error {
 				ran.Add(1)
-				time.Sleep(50 * time.Millisecond) // the others arrive while it runs
+				// The others arrive while it runs: it ends once one of them blocks (on a
+				// busy machine they can start later than any fixed sleep), or after 5 s.
+				for i := 0; i < 500 && blocks.started.Load() == 0; i++ {
+					time.Sleep(10 * time.Millisecond)
+				}
 				return incr(ctx, counter)
 			})
 			require.NoError(t, err)
@@ -56,11 +60,14 @@ func TestRacingDeliveriesApplyOnce(t *testing.T) {
 }
 
 // blpops counts the BLPOPs of waiting duplicates: woken by a release, or timed out.
-type blpops struct{ woken, timedOut atomic.Int32 }
+type blpops struct{ started, woken, timedOut atomic.Int32 }
 
 func (h *blpops) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h *blpops) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == "blpop" {
+			h.started.Add(1)
+		}
 		err := next(ctx, cmd)
 		if cmd.Name() == "blpop" {
 			if errors.Is(err, redis.Nil) {
