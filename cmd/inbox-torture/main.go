@@ -37,6 +37,10 @@
 // (pg_terminate_backend, KILL on MariaDB, CLIENT KILL on Redis; SQLite has none); handlers fail with probability -fail-rate after
 // writing, so their writes roll back and the message comes again.
 //
+// With -faults-for, the kills and the terminations stop after that long; the copies left
+// must then be handled with no fault before -duration, which tells a message stuck for
+// good from a group kept rebalancing by the kills.
+//
 // When every copy was handled (or -duration passed) it stops the workers and checks the
 // ledger per message: each applied exactly once with its amount, none lost, none twice,
 // every account's balance right, one inbox key per message. It prints the counts and
@@ -76,6 +80,7 @@ type options struct {
 	crashRate      float64
 	handlerDelay   time.Duration
 	duration       time.Duration
+	faultsFor      time.Duration
 	brokers        string
 	amqpURL        string
 	natsURL        string
@@ -106,6 +111,7 @@ func parseFlags(args []string) (options, error) {
 	fs.Float64Var(&o.crashRate, "crash-rate", 0.02, "probability that a worker SIGKILLs itself right after a commit, before the ack")
 	fs.DurationVar(&o.handlerDelay, "handler-delay", 2*time.Millisecond, "a handler sleeps up to this long between its writes, widening the fault windows")
 	fs.DurationVar(&o.duration, "duration", 5*time.Minute, "deadline: stop and check even if copies are left unhandled")
+	fs.DurationVar(&o.faultsFor, "faults-for", 0, "stop the kills and the terminations after this long, so that what is left must drain with no fault (0: until the end)")
 	fs.StringVar(&o.brokers, "kafka-brokers", "", "Kafka brokers (default KAFKA_BROKERS or 127.0.0.1:9092)")
 	fs.StringVar(&o.amqpURL, "amqp-url", "", "RabbitMQ URL (default INBOX_AMQP_URL or amqp://guest:guest@127.0.0.1:5672/)")
 	fs.StringVar(&o.natsURL, "nats-url", "", "NATS URL, JetStream enabled (default INBOX_NATS_URL or nats://127.0.0.1:4222)")

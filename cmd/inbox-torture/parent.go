@@ -53,6 +53,7 @@ type parent struct {
 	remaining int
 	pending   []delivery
 	stopping  bool
+	healed    heal
 	c         counts
 	exe       string
 }
@@ -106,7 +107,7 @@ func runParent(ctx context.Context, o options) (bool, error) {
 		}
 	}
 	stopTerminator := p.terminator(ctx)
-	finished := p.loop()
+	finished := p.loop(stopTerminator)
 	wall := time.Since(start)
 	stopTerminator()
 	p.stopAll()
@@ -228,13 +229,29 @@ func jitter(d time.Duration) time.Duration {
 	return d/2 + rand.N(d)
 }
 
+// heal records when -faults-for stopped the faults, and how many deliveries were left.
+type heal struct {
+	at   time.Time
+	left int
+	took time.Duration // from then to the end of the loop
+}
+
 // loop runs until every delivery was handled (true) or the deadline passed (false).
-func (p *parent) loop() bool {
+// After -faults-for it stops killing workers and calls stopTerminator.
+func (p *parent) loop(stopTerminator func()) bool {
 	deadline := time.After(p.o.duration)
-	var kill <-chan time.Time
+	var kill, faultsOver <-chan time.Time
 	if p.o.killEvery > 0 {
 		kill = time.After(jitter(p.o.killEvery))
 	}
+	if p.o.faultsFor > 0 {
+		faultsOver = time.After(p.o.faultsFor)
+	}
+	defer func() {
+		if !p.healed.at.IsZero() {
+			p.healed.took = time.Since(p.healed.at)
+		}
+	}()
 	progress := time.NewTicker(5 * time.Second)
 	defer progress.Stop()
 	interrupted := make(chan os.Signal, 1) // Ctrl-C stops early, and still checks
@@ -247,6 +264,11 @@ func (p *parent) loop() bool {
 		case <-kill:
 			p.killRandom()
 			kill = time.After(jitter(p.o.killEvery))
+		case <-faultsOver:
+			kill, faultsOver = nil, nil
+			stopTerminator()
+			p.healed = heal{at: time.Now(), left: p.remaining}
+			p.o.logf("-faults-for %v passed: no more kills or terminations; %d deliveries left", p.o.faultsFor, p.remaining)
 		case <-progress.C:
 			p.o.logf("%d deliveries left; processed %d, duplicates %d, failures %d+%d, kills %d+%d, terminations %d",
 				p.remaining, p.c.processed, p.c.duplicates, p.c.failedInjected, p.c.failedDB, p.c.kills, p.c.crashes, p.c.terminations.Load())
@@ -451,6 +473,10 @@ func (p *parent) print(wall time.Duration, s ledgerState, problems []string) {
 	fmt.Printf("  failures retried        %d injected, %d database errors, %d contended (ErrContended)\n", p.c.failedInjected, p.c.failedDB, p.c.contended)
 	fmt.Printf("  kills                   %d by the parent, %d after a commit before the ack; %d restarts\n", p.c.kills, p.c.crashes, p.c.restarts)
 	fmt.Printf("  connections terminated  %d\n", p.c.terminations.Load())
+	if !p.healed.at.IsZero() {
+		fmt.Printf("  faults stopped          after %v, %d deliveries left; %d handled in the %v after\n",
+			o.faultsFor, p.healed.left, p.healed.left-p.remaining, p.healed.took.Round(time.Millisecond))
+	}
 	if o.mode == "offsets" {
 		fmt.Printf("  ledger                  %d entries, offsets past %d records, for %d messages\n", len(s.entries), s.offsets, o.messages)
 	} else {
