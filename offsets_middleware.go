@@ -112,7 +112,7 @@ func (ib *Inbox) positionMiddleware(next message.HandlerFunc) message.HandlerFun
 				ErrNotInOrder)
 		}
 		if err != nil {
-			ib.cfg.Logger.Error("inbox: message refused: its partition has another message in flight", err,
+			ib.cfg.Logger.Error("inbox: message refused: its partition is not delivered one message at a time, in order", err,
 				watermill.LogFields{"consumer": rec.Consumer, "record": rec.Key, "message_uuid": msg.UUID})
 			err = wrap(messageName(msg)+": consumer "+fmt.Sprintf("%q", rec.Consumer)+" record "+rec.Key, err)
 			ib.observe(msg.Context(), rec, msg, OutcomeFailed, 0, err)
