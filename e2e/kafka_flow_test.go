@@ -9,6 +9,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
 
+	"github.com/watermill-inbox/inbox"
 	"github.com/watermill-inbox/inbox/internal/brokertest"
 )
 
@@ -79,4 +80,45 @@ func (f *kafkaFlow) requireAppliedOnce(t testing.TB, want int) {
 	rows, distinct := f.s.ledger.Counts(t)
 	require.Equal(t, want, distinct, "none lost")
 	require.Equal(t, want, rows, "none applied twice")
+}
+
+// crashThenRestart publishes n records to a new topic of two partitions, starts a
+// consumer process with args (Crash: it dies right after its first DB commit and ack,
+// before Kafka's offset commit), kills it, and requires that it committed that record.
+// Then ib consumes the topic in the same group, in this process, until every record is
+// applied and the killed one came again. It returns that record's first redelivery, and
+// the topic.
+func crashThenRestart(t *testing.T, s setup, name string, n int, args helperArgs, ib *inbox.Inbox) (again delivery, topic string) {
+	t.Helper()
+	brokers := brokertest.KafkaBrokers(t)
+	topic, group := brokertest.Name(name), brokertest.Name("group")
+	brokertest.CreateTopic(t, brokers, topic, 2)
+	pub := kafkaPublisher(t, brokers)
+	for range n {
+		require.NoError(t, pub.Publish(topic, message.NewMessage(watermill.NewUUID(), []byte("credit"))))
+	}
+
+	args.Broker, args.Crash, args.Brokers, args.Topic, args.Group = "kafka", true, brokers, topic, group
+	args.InboxTable, args.LedgerTable = s.inboxTable, s.ledgerTable
+	c := startChild(t, args)
+	acked := c.waitFor(t, "acked", 1)
+	c.kill(t)
+	require.Equal(t, 1, s.ledger.Applied(t, acked), "the killed process committed %s", acked)
+
+	rec := &recorder{}
+	runRouter(t, func(r *message.Router) {
+		r.AddMiddleware(rec.middleware, ib.Middleware)
+		r.AddConsumerHandler("restart", topic, kafkaSubscriber(t, brokers, group, nil), func(msg *message.Message) error {
+			return s.ledger.Apply(msg.Context(), "kafka", msg.UUID)
+		})
+	})
+	redelivered := func(d delivery) bool { return d.UUID == acked }
+	require.Eventually(t, func() bool {
+		_, distinct := s.ledger.Counts(t)
+		return distinct == n && len(rec.where(redelivered)) > 0
+	}, wait, 20*time.Millisecond)
+	rows, distinct := s.ledger.Counts(t)
+	require.Equal(t, n, rows, "each record applied once")
+	require.Equal(t, n, distinct)
+	return rec.where(redelivered)[0], topic
 }

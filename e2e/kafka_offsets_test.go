@@ -67,45 +67,13 @@ func storedNext(t testing.TB, ib *inbox.Inbox, consumer string) int64 {
 // offset and skips it.
 func TestKafkaOffsetsCrashAfterCommitBeforeOffsetCommit(t *testing.T) {
 	t.Parallel()
-	brokers := brokertest.KafkaBrokers(t)
 	s := newSetup(t)
-	topic, group := brokertest.Name("offcrash"), brokertest.Name("group")
-	brokertest.CreateTopic(t, brokers, topic, 2)
-	pub := kafkaPublisher(t, brokers)
-	var uuids []string
-	for range 6 {
-		msg := message.NewMessage(watermill.NewUUID(), []byte("credit"))
-		uuids = append(uuids, msg.UUID)
-		require.NoError(t, pub.Publish(topic, msg))
-	}
-
-	c := startChild(t, helperArgs{Broker: "kafka", Crash: true, Brokers: brokers, Topic: topic, Group: group,
-		InboxTable: s.inboxTable, LedgerTable: s.ledgerTable, Consumer: "ledger", Offsets: true})
-	acked := c.waitFor(t, "acked", 1)
-	c.kill(t)
-	require.Equal(t, 1, s.ledger.Applied(t, acked), "the killed process committed %s", acked)
-
 	var outcomes brokertest.Outcomes
-	rec := &recorder{}
 	ib := s.offsetInbox(t, "ledger", &outcomes)
-	runRouter(t, func(r *message.Router) {
-		r.AddMiddleware(rec.middleware, ib.Middleware)
-		r.AddConsumerHandler("restart", topic, kafkaSubscriber(t, brokers, group, nil), func(msg *message.Message) error {
-			return s.ledger.Apply(msg.Context(), "kafka", msg.UUID)
-		})
-	})
-	require.Eventually(t, func() bool {
-		_, distinct := s.ledger.Counts(t)
-		return distinct == len(uuids) && len(rec.where(func(d delivery) bool { return d.UUID == acked })) > 0
-	}, wait, 20*time.Millisecond)
-
-	again := rec.where(func(d delivery) bool { return d.UUID == acked })
-	require.True(t, isDuplicate(again[0]), "the redelivered record must be skipped: %+v", again[0])
-	rows, distinct := s.ledger.Counts(t)
-	require.Equal(t, len(uuids), rows, "each record applied once")
-	require.Equal(t, len(uuids), distinct)
+	again, topic := crashThenRestart(t, s, "offcrash", 6, helperArgs{Consumer: "ledger", Offsets: true}, ib)
+	require.True(t, isDuplicate(again), "the redelivered record must be skipped: %+v", again)
 	require.Empty(t, brokertest.Keys(t, s.pool, s.inboxTable, "ledger"), "offset mode stores no key per message")
-	require.Equal(t, logEnds(t, brokers, topic), storedNext(t, ib, "ledger"), "the stored offsets are the partitions' ends")
+	require.Equal(t, logEnds(t, brokertest.KafkaBrokers(t), topic), storedNext(t, ib, "ledger"), "the stored offsets are the partitions' ends")
 }
 
 // Two consumer processes in offset mode in one group, the second joining while records

@@ -22,47 +22,13 @@ import (
 // commit: the record comes again to the next member of the group, and is skipped.
 func TestKafkaCrashAfterCommitBeforeOffsetCommit(t *testing.T) {
 	t.Parallel()
-	brokers := brokertest.KafkaBrokers(t)
 	s := newSetup(t)
-	topic, group := brokertest.Name("crash"), brokertest.Name("group")
-	brokertest.CreateTopic(t, brokers, topic, 2)
-	pub := kafkaPublisher(t, brokers)
-	var uuids []string
-	for range 4 {
-		msg := message.NewMessage(watermill.NewUUID(), []byte("credit"))
-		uuids = append(uuids, msg.UUID)
-		require.NoError(t, pub.Publish(topic, msg))
-	}
-
-	args := helperArgs{Broker: "kafka", Crash: true, Brokers: brokers, Topic: topic, Group: group,
-		InboxTable: s.inboxTable, LedgerTable: s.ledgerTable, Consumer: "ledger"}
-	c := startChild(t, args)
-	acked := c.waitFor(t, "acked", 1)
-	c.kill(t)
-	require.Equal(t, 1, s.ledger.Applied(t, acked), "the killed process committed %s", acked)
-
-	// Restart: a consumer in the same group, here in this process.
 	var outcomes brokertest.Outcomes
-	rec := &recorder{}
 	ib, err := inbox.New(inbox.Config{Store: s.store, Consumer: "ledger", Observer: &outcomes})
 	require.NoError(t, err)
-	runRouter(t, func(r *message.Router) {
-		r.AddMiddleware(rec.middleware, ib.Middleware)
-		r.AddConsumerHandler("restart", topic, kafkaSubscriber(t, brokers, group, nil), func(msg *message.Message) error {
-			return s.ledger.Apply(msg.Context(), "kafka", msg.UUID)
-		})
-	})
-	require.Eventually(t, func() bool {
-		_, distinct := s.ledger.Counts(t)
-		return distinct == len(uuids) && len(rec.where(func(d delivery) bool { return d.UUID == acked })) > 0
-	}, wait, 20*time.Millisecond)
-
-	again := rec.where(func(d delivery) bool { return d.UUID == acked })
-	require.True(t, isDuplicate(again[0]), "the redelivered record must be skipped: %+v", again[0])
+	again, _ := crashThenRestart(t, s, "crash", 4, helperArgs{Consumer: "ledger"}, ib)
+	require.True(t, isDuplicate(again), "the redelivered record must be skipped: %+v", again)
 	require.GreaterOrEqual(t, outcomes.Count(inbox.OutcomeDuplicate), 1)
-	rows, distinct := s.ledger.Counts(t)
-	require.Equal(t, len(uuids), rows, "each record applied once")
-	require.Equal(t, len(uuids), distinct)
 }
 
 // Two consumer processes in one group, one joining while records flow (a rebalance), the
