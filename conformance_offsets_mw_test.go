@@ -199,6 +199,22 @@ func exerciseOffsetMiddleware(t *testing.T, f storeFlavour) {
 		require.Equal(t, "true", msg.Metadata.Get(inbox.MetadataDuplicate))
 		total, _ := fx.ledger.balance(t)
 		require.Equal(t, 1, total)
+
+		// Acked before the inbox (InstantAck), in the owner's transaction: refused before
+		// the inbox writes anything there, and the owner's transaction goes on and commits.
+		tx, end := fx.beginOther(t)
+		early := f.record("orders", 0, 1)
+		early.Ack()
+		early.SetContext(inbox.ContextWithTx(ctx, tx))
+		_, err = h(early)
+		require.ErrorIs(t, err, inbox.ErrNotInOrder)
+		require.NoError(t, end(true), "the owner's transaction survives the refusal")
+		next := f.record("orders", 0, 1)
+		_, err = h(next)
+		require.NoError(t, err)
+		require.Empty(t, next.Metadata.Get(inbox.MetadataDuplicate), "the refused record's offset was not stored")
+		total, _ = fx.ledger.balance(t)
+		require.Equal(t, 2, total)
 	})
 
 	t.Run("OffsetModeConfig", func(t *testing.T) {
