@@ -301,6 +301,9 @@ func New(cfg Config) (*Inbox, error) {
 	}
 	if c, ok := cfg.Store.(attemptChecker); ok && cfg.MaxAttempts > 0 {
 		if err := c.checkAttempts(ctx); err != nil {
+			if errors.Is(err, errProbeFailed) { // not the config: the connection failed
+				return nil, err
+			}
 			return nil, fmt.Errorf("inbox: invalid config: MaxAttempts is %d: %w", cfg.MaxAttempts, err)
 		}
 	}

@@ -73,7 +73,7 @@ func sqlStatementCache(ctx context.Context, db SQLDB) (bool, error) {
 	if pool, isPool := db.(*sql.DB); isPool {
 		c, err := pool.Conn(ctx)
 		if err != nil {
-			return false, fmt.Errorf("inbox: checking the connection for a pooler: %w", err)
+			return false, probeFailed(fmt.Errorf("taking a connection of the pool: %w", err))
 		}
 		defer c.Close()
 		conn, ok = c, true
@@ -141,14 +141,14 @@ func probeRound(ctx context.Context, a, b *pgconn.PgConn) (moves, direct bool, e
 func backendPID(ctx context.Context, conn *pgconn.PgConn, query string, i int) (uint32, error) {
 	results, err := conn.Exec(ctx, query).ReadAll()
 	if err != nil {
-		return 0, fmt.Errorf("inbox: checking the connection: %w", err)
+		return 0, fmt.Errorf("%s: %w", query, err)
 	}
 	if len(results) <= i || len(results[i].Rows) != 1 || len(results[i].Rows[0]) != 1 {
-		return 0, errors.New("inbox: checking the connection: pg_backend_pid() returned no row")
+		return 0, fmt.Errorf("%s: no pid in the result", query)
 	}
 	pid, err := strconv.ParseUint(string(results[i].Rows[0][0]), 10, 32)
 	if err != nil {
-		return 0, fmt.Errorf("inbox: checking the connection: pg_backend_pid(): %w", err)
+		return 0, fmt.Errorf("%s: %w", query, err)
 	}
 	return uint32(pid), nil
 }
@@ -171,6 +171,19 @@ const attemptsPoolerFix = "an attempt holds a session lock from its start to its
 	" lends that session to other clients between transactions, so crashed attempts would look alive and locks would leak:" +
 	" set Config.MaxAttempts to 0 for this store, or connect the store to PostgreSQL directly (or through a pooler in session mode)"
 
+// errProbeFailed marks the error of a pooler probe that could not finish.
+var errProbeFailed = errors.New("pooler probe failed")
+
+// probeFailed wraps the error of a pooler probe that could not finish (a connection
+// failed): nothing was decided, the next call probes again, and the error is transient.
+func probeFailed(err error) error {
+	return &chainError{
+		msg: prefix + "checking whether the connection goes through a pooler that moves transactions: " + bare(err) +
+			" (nothing was decided: the next try checks again)",
+		errs: []error{err, errProbeFailed},
+	}
+}
+
 // poolerCheck remembers whether a store's handle reaches PostgreSQL through a pooler
 // that moves transactions, probed once for both of its uses (at New, or at the first
 // claim that carries an attempt): the statement cache and MaxAttempts. A probe that
@@ -190,7 +203,7 @@ func (c *poolerCheck) movesTransactions(ctx context.Context) (bool, error) {
 	if !c.done {
 		moves, err := c.probe(ctx)
 		if err != nil {
-			return false, err
+			return false, probeFailed(err)
 		}
 		c.done, c.moves = true, moves
 	}
@@ -224,7 +237,7 @@ func (c *poolerCheck) statementCache(ctx context.Context, cached bool) error {
 // claim is attempts for a claim that carries an attempt.
 func (c *poolerCheck) claim(ctx context.Context) error {
 	if err := c.attempts(ctx); err != nil {
-		return fmt.Errorf("inbox: counting attempts (Config.MaxAttempts): %w", err)
+		return wrap("counting attempts (Config.MaxAttempts)", err)
 	}
 	return nil
 }
@@ -238,7 +251,7 @@ func pgxMovesTransactions(db PgxDB) func(ctx context.Context) (bool, error) {
 		case *pgxpool.Pool:
 			a, err := db.Acquire(ctx)
 			if err != nil {
-				return false, fmt.Errorf("inbox: checking the connection for a pooler: %w", err)
+				return false, fmt.Errorf("taking a connection of the pool: %w", err)
 			}
 			defer a.Release()
 			return connMovesTransactions(ctx, a.Conn())
@@ -255,7 +268,7 @@ func pgxMovesTransactions(db PgxDB) func(ctx context.Context) (bool, error) {
 func connMovesTransactions(ctx context.Context, conn *pgx.Conn) (bool, error) {
 	other, err := pgx.ConnectConfig(ctx, conn.Config())
 	if err != nil {
-		return false, fmt.Errorf("inbox: checking the connection for a pooler (a second one, for a moment): %w", err)
+		return false, fmt.Errorf("opening a second connection, for a moment: %w", err)
 	}
 	defer other.Close(context.WithoutCancel(ctx))
 	return movesTransactions(ctx, conn.PgConn(), other.PgConn())
@@ -285,7 +298,7 @@ func sqlMovesTransactions(db SQLDB) func(ctx context.Context) (bool, error) {
 		}
 		a, err := pool.Conn(ctx)
 		if err != nil {
-			return false, fmt.Errorf("inbox: checking the connection for a pooler: %w", err)
+			return false, fmt.Errorf("taking a connection of the pool: %w", err)
 		}
 		defer a.Close()
 		err = a.Raw(func(ca any) error {
@@ -305,7 +318,7 @@ func sqlMovesTransactions(db SQLDB) func(ctx context.Context) (bool, error) {
 		}
 		b, err := pool.Conn(ctx)
 		if err != nil {
-			return false, fmt.Errorf("inbox: checking the connection for a pooler: %w", err)
+			return false, fmt.Errorf("taking a second connection of the pool: %w", err)
 		}
 		defer b.Close()
 		return sqlConnsMoveTransactions(ctx, a, b)
@@ -330,18 +343,18 @@ func sqlConnsProbeRound(ctx context.Context, a, b *sql.Conn) (bool, error) {
 	const pid = "SELECT pg_backend_pid()"
 	var first, held, next int64
 	if err := a.QueryRowContext(ctx, pid).Scan(&first); err != nil {
-		return false, fmt.Errorf("inbox: checking the connection for a pooler: %w", err)
+		return false, fmt.Errorf("%s: %w", pid, err)
 	}
 	tx, err := b.BeginTx(ctx, nil)
 	if err != nil {
-		return false, fmt.Errorf("inbox: checking the connection for a pooler: %w", err)
+		return false, fmt.Errorf("BEGIN: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }()
 	if err := tx.QueryRowContext(ctx, pid).Scan(&held); err != nil {
-		return false, fmt.Errorf("inbox: checking the connection for a pooler: %w", err)
+		return false, fmt.Errorf("%s: %w", pid, err)
 	}
 	if err := a.QueryRowContext(ctx, pid).Scan(&next); err != nil {
-		return false, fmt.Errorf("inbox: checking the connection for a pooler: %w", err)
+		return false, fmt.Errorf("%s: %w", pid, err)
 	}
 	return held == first || next != first, nil
 }
