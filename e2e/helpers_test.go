@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -478,4 +479,41 @@ func TestHelperProcess(t *testing.T) {
 	})
 	fmt.Println("E2E running -")
 	<-block
+}
+
+// failOnceThenProcess runs a router on sub (topic) whose handler applies each message to
+// the ledger as source and fails its first attempt after writing. It waits until msg is
+// processed and requires that it came twice, failed and then processed once, not as a
+// duplicate: the failed attempt's write rolled back with its key. It returns the two
+// deliveries, for the transport's own checks.
+func failOnceThenProcess(t *testing.T, s setup, topic string, sub message.Subscriber, source string, msg *message.Message) []delivery {
+	t.Helper()
+	var outcomes brokertest.Outcomes
+	ib := s.inbox(t, nil, &outcomes)
+	rec := &recorder{}
+	var attempts atomic.Int32
+	runRouter(t, func(r *message.Router) {
+		r.AddMiddleware(rec.middleware, ib.Middleware)
+		r.AddConsumerHandler("ledger", topic, sub, func(m *message.Message) error {
+			if err := s.ledger.Apply(m.Context(), source, m.UUID); err != nil {
+				return err
+			}
+			if attempts.Add(1) == 1 {
+				return errors.New("first attempt fails after writing")
+			}
+			return nil
+		})
+	})
+	require.Eventually(t, func() bool { return outcomes.Count(inbox.OutcomeProcessed) >= 1 }, wait, 10*time.Millisecond)
+
+	all := rec.all()
+	require.Len(t, all, 2)
+	require.Error(t, all[0].Err)
+	require.NoError(t, all[1].Err)
+	require.Equal(t, msg.UUID, all[1].UUID)
+	require.False(t, isDuplicate(all[1]))
+	require.Equal(t, 1, outcomes.Count(inbox.OutcomeFailed))
+	require.Equal(t, 0, outcomes.Count(inbox.OutcomeDuplicate))
+	require.Equal(t, 1, s.ledger.Applied(t, msg.UUID))
+	return all
 }

@@ -1,8 +1,6 @@
 package e2e_test
 
 import (
-	"errors"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -73,35 +71,9 @@ func TestNATSHandlerFailureRedelivered(t *testing.T) {
 	msg := message.NewMessage(watermill.NewUUID(), []byte("credit"))
 	require.NoError(t, natsPublisher(t, url).Publish(c.Stream, msg))
 
-	var outcomes brokertest.Outcomes
-	ib := s.inbox(t, nil, &outcomes)
-	rec := &recorder{}
-	var attempts atomic.Int32
-	runRouter(t, func(r *message.Router) {
-		r.AddMiddleware(rec.middleware, ib.Middleware)
-		r.AddConsumerHandler("ledger", c.Stream, natsSubscriber(t, url, c), func(m *message.Message) error {
-			if err := s.ledger.Apply(m.Context(), "nats", m.UUID); err != nil {
-				return err
-			}
-			if attempts.Add(1) == 1 {
-				return errors.New("first attempt fails after writing")
-			}
-			return nil
-		})
-	})
-	require.Eventually(t, func() bool { return outcomes.Count(inbox.OutcomeProcessed) >= 1 }, wait, 10*time.Millisecond)
-
-	all := rec.all()
-	require.Len(t, all, 2)
-	require.Error(t, all[0].Err)
+	all := failOnceThenProcess(t, s, c.Stream, natsSubscriber(t, url, c), "nats", msg)
 	require.Equal(t, "1", all[0].Metadata[natskey.MetadataNumDelivered])
-	require.NoError(t, all[1].Err)
-	require.Equal(t, msg.UUID, all[1].UUID)
 	require.Equal(t, "2", all[1].Metadata[natskey.MetadataNumDelivered], "redelivered after the Nak")
-	require.False(t, isDuplicate(all[1]))
-	require.Equal(t, 1, outcomes.Count(inbox.OutcomeFailed))
-	require.Equal(t, 0, outcomes.Count(inbox.OutcomeDuplicate))
-	require.Equal(t, 1, s.ledger.Applied(t, msg.UUID))
 }
 
 // A consumer stopped (its router closed) and another started on the same durable

@@ -1,8 +1,6 @@
 package e2e_test
 
 import (
-	"errors"
-	"sync"
 	"testing"
 	"time"
 
@@ -75,38 +73,9 @@ func TestRabbitMQHandlerFailureRequeued(t *testing.T) {
 			msg := message.NewMessage(watermill.NewUUID(), []byte("credit"))
 			require.NoError(t, amqpPublisher(t, version, url).Publish(queue, msg))
 
-			var outcomes brokertest.Outcomes
-			ib := s.inbox(t, nil, &outcomes)
-			rec := &recorder{}
-			var mu sync.Mutex
-			attempts := 0
-			runRouter(t, func(r *message.Router) {
-				r.AddMiddleware(rec.middleware, ib.Middleware)
-				r.AddConsumerHandler("ledger", queue, sub, func(m *message.Message) error {
-					if err := s.ledger.Apply(m.Context(), "amqp", m.UUID); err != nil {
-						return err
-					}
-					mu.Lock()
-					defer mu.Unlock()
-					if attempts++; attempts == 1 {
-						return errors.New("first attempt fails after writing")
-					}
-					return nil
-				})
-			})
-			require.Eventually(t, func() bool { return outcomes.Count(inbox.OutcomeProcessed) >= 1 }, wait, 10*time.Millisecond)
-
-			all := rec.all()
-			require.Len(t, all, 2)
-			require.Error(t, all[0].Err)
+			all := failOnceThenProcess(t, s, queue, sub, "amqp", msg)
 			require.Equal(t, "false", all[0].Metadata[amqpkey.MetadataRedelivered])
-			require.NoError(t, all[1].Err)
-			require.Equal(t, msg.UUID, all[1].UUID)
 			require.Equal(t, "true", all[1].Metadata[amqpkey.MetadataRedelivered], "requeued by the nack")
-			require.False(t, isDuplicate(all[1]))
-			require.Equal(t, 1, outcomes.Count(inbox.OutcomeFailed))
-			require.Equal(t, 0, outcomes.Count(inbox.OutcomeDuplicate))
-			require.Equal(t, 1, s.ledger.Applied(t, msg.UUID))
 		})
 	}
 }

@@ -2,7 +2,6 @@ package e2e_test
 
 import (
 	"context"
-	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -99,33 +98,7 @@ func TestRedisHandlerFailureResend(t *testing.T) {
 	msg := message.NewMessage(watermill.NewUUID(), []byte("credit"))
 	require.NoError(t, redisPublisher(t, url).Publish(stream, msg))
 
-	var outcomes brokertest.Outcomes
-	ib := s.inbox(t, nil, &outcomes)
-	rec := &recorder{}
-	var attempts atomic.Int32
-	runRouter(t, func(r *message.Router) {
-		r.AddMiddleware(rec.middleware, ib.Middleware)
-		r.AddConsumerHandler("ledger", stream, redisSubscriber(t, url, group, "c1"), func(m *message.Message) error {
-			if err := s.ledger.Apply(m.Context(), "redis", m.UUID); err != nil {
-				return err
-			}
-			if attempts.Add(1) == 1 {
-				return errors.New("first attempt fails after writing")
-			}
-			return nil
-		})
-	})
-	require.Eventually(t, func() bool { return outcomes.Count(inbox.OutcomeProcessed) >= 1 }, wait, 10*time.Millisecond)
-
-	all := rec.all()
-	require.Len(t, all, 2)
-	require.Error(t, all[0].Err)
-	require.NoError(t, all[1].Err)
-	require.Equal(t, msg.UUID, all[1].UUID)
-	require.False(t, isDuplicate(all[1]))
-	require.Equal(t, 1, outcomes.Count(inbox.OutcomeFailed))
-	require.Equal(t, 0, outcomes.Count(inbox.OutcomeDuplicate))
-	require.Equal(t, 1, s.ledger.Applied(t, msg.UUID))
+	failOnceThenProcess(t, s, stream, redisSubscriber(t, url, group, "c1"), "redis", msg)
 	require.Eventually(t, func() bool { return pendingCount(t, url, stream, group) == 0 }, wait, 10*time.Millisecond)
 }
 
