@@ -322,6 +322,8 @@ func (s *MySQLStore) wrap(doing string, err error) error {
 			myErr.Number == mysqlRollbackOnCommit, string(myErr.SQLState[:]) == mysqlSerializationSQL,
 			myErr.Number == tidbWriteConflict, myErr.Number == tidbRetryable:
 			return fmt.Errorf("inbox: %s: %w: %w", doing, ErrContended, err)
+		case s.tidbLockRetries(myErr):
+			return fmt.Errorf("inbox: %s: %w: TiDB retried the statement as long as it allows (pessimistic-txn.max-retry-count): %w", doing, ErrContended, err)
 		case myErr.Number == mysqlNoSuchTable, myErr.Number == mysqlBadField:
 			return fmt.Errorf("inbox: %s: %w: table %q or %q is missing or outdated: run schema/mysql.sql, `inbox schema mysql`, or (*MySQLStore).CreateSchema: %w",
 				doing, ErrNoTable, s.cfg.Table, s.cfg.Table+"_attempts", err)

@@ -107,9 +107,6 @@ func (s *MySQLStore) claimBatch(ctx context.Context, tx *sql.Tx, recs []Record, 
 				return fmt.Errorf("inbox: inserting the keys: other transactions committed keys of the batch %d times while it was claimed: %w", mysqlBatchTries, ErrContended)
 			}
 			if existing, err = s.readStoredBatch(ctx, tx, bound, recs, mine); err != nil {
-				if s.tidbLockRetries(err) {
-					return fmt.Errorf("inbox: reading the stored keys: %w: TiDB retried the locking read as long as it allows: %w", ErrContended, err)
-				}
 				return s.wrap("reading the stored keys", err)
 			}
 		}
@@ -242,13 +239,4 @@ func mysqlLockSeconds(d time.Duration) int64 {
 // the session's sql_mode and character set.
 func hexLiteral(b []byte) string {
 	return "X'" + hex.EncodeToString(b) + "'"
-}
-
-// tidbLockRetries reports a TiDB error 1105 on a claim's locking read: TiDB retries a
-// pessimistic locking statement whose keys others keep changing up to its
-// pessimistic-txn.max-retry-count (256), then gives up with that generic number ("retry
-// limit reached"). The claim did nothing; the batch comes again.
-func (s *MySQLStore) tidbLockRetries(err error) bool {
-	var myErr *mysql.MySQLError
-	return s.cfg.Engine == MySQLTiDB && errors.As(err, &myErr) && myErr.Number == tidbUnknownError
 }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/go-sql-driver/mysql"
 )
 
 // MySQLEngine names the server behind a MySQLStore's DSN, for what differs from MySQL's
@@ -59,6 +61,14 @@ const (
 	tidbRetryable     = 8022 // ErrTxnRetryable
 	tidbUnknownError  = 1105 // ER_UNKNOWN_ERROR: among others, a pessimistic statement that ran out of retries
 )
+
+// tidbLockRetries reports TiDB's error 1105 "pessimistic lock retry limit reached": TiDB
+// retries a pessimistic locking statement (a claim's INSERT, or its locking read) whose
+// keys others keep changing up to its pessimistic-txn.max-retry-count (256), then gives
+// up with that generic number. The statement did nothing; the message comes again.
+func (s *MySQLStore) tidbLockRetries(myErr *mysql.MySQLError) bool {
+	return s.cfg.Engine == MySQLTiDB && myErr.Number == tidbUnknownError && strings.Contains(myErr.Message, "retry limit reached")
+}
 
 // engineOf tells the engine from the server's VERSION(): TiDB's says "TiDB" (e.g.
 // "8.0.11-TiDB-v8.4.0"), vtgate's "Vitess" (e.g. "8.4.6-Vitess", answered by vtgate

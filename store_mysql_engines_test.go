@@ -2,9 +2,13 @@ package inbox
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/go-sql-driver/mysql"
 )
 
 // codeOf drops a statement's leading comment lines, which differ between the files.
@@ -100,5 +104,38 @@ func TestVitessSchemaLeavesOutTheOffsetsTable(t *testing.T) {
 	got, want := sqlStatements(ddl), sqlStatements(all)
 	if len(got) != 2 || len(want) != 3 || got[0] != want[0] || got[1] != want[1] || !strings.Contains(want[2], "`orders_offsets`") {
 		t.Fatalf("Vitess DDL %q, from %q", got, want)
+	}
+}
+
+// TiDB gives up a pessimistic statement whose keys other transactions keep changing with
+// its generic error 1105 and the text "pessimistic lock retry limit reached"
+// (pkg/executor/adapter.go of TiDB). A batch claim's INSERT met it in the conformance case
+// OverlappingBatchesRacingApplyEachMessageOnce on a loaded machine, and the claim failed
+// as an unclassified error. It is contention: the statement did nothing, a retry can
+// help. Only on TiDB, and only with that text: 1105 is TiDB's number for many things.
+func TestTiDBLockRetryLimitIsContention(t *testing.T) {
+	limit := &mysql.MySQLError{Number: 1105, Message: "pessimistic lock retry limit reached"}
+	other := &mysql.MySQLError{Number: 1105, Message: "runtime error: index out of range"}
+	for _, tc := range []struct {
+		engine    MySQLEngine
+		err       error
+		contended bool
+	}{
+		{MySQLTiDB, limit, true},
+		{MySQLTiDB, fmt.Errorf("inserting: %w", limit), true},
+		{MySQLTiDB, other, false},
+		{MySQLInnoDB, limit, false},
+	} {
+		s := &MySQLStore{cfg: MySQLConfig{Engine: tc.engine, Table: DefaultTable}}
+		err := s.wrap("inserting the keys", tc.err)
+		if got := errors.Is(err, ErrContended); got != tc.contended {
+			t.Errorf("%v, %q: contended %v, want %v (%v)", tc.engine, tc.err, got, tc.contended, err)
+		}
+		if !errors.Is(err, tc.err) {
+			t.Errorf("%v: the driver's error is not wrapped: %v", tc.engine, err)
+		}
+		if n := strings.Count(err.Error(), "inbox:"); n != 1 {
+			t.Errorf("%v: %q says inbox: %d times", tc.engine, err, n)
+		}
 	}
 }
