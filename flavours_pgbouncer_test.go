@@ -30,12 +30,6 @@ func pgbouncerDSN(t testing.TB, settings map[string]string) string {
 	if dsn == "" {
 		t.Skip("PgBouncer not tested: set INBOX_PGBOUNCER_DSN (e.g. postgres://postgres@127.0.0.1:6439/test?sslmode=disable; .ci/run sets it when scripts/pgbouncer.sh started PgBouncer)")
 	}
-	return dsnWith(t, dsn, settings)
-}
-
-// dsnWith returns the URL dsn with settings in its query.
-func dsnWith(t testing.TB, dsn string, settings map[string]string) string {
-	t.Helper()
 	u, err := url.Parse(dsn)
 	require.NoError(t, err)
 	q := u.Query()

@@ -6,9 +6,6 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/stretchr/testify/require"
 
 	"github.com/watermill-inbox/inbox"
@@ -16,10 +13,14 @@ import (
 )
 
 // The pooler probe under the fault axis: a connection broken at each of the probe's
-// queries, before the server ran it or after, fails New with an error, and never passes
-// a handle that the probe, had it finished, would have refused. The next New probes
-// again and gives the answer it gives without a fault: refused through PgBouncer in
-// transaction mode, accepted on PostgreSQL directly.
+// queries, before the server ran it or after, fails the call that probed (New, or the
+// claim of a tenant's store, which New never saw) with an error that says nothing was
+// decided, transient, and never passes a handle that the probe, had it finished, would
+// have refused. The next call probes again and gives the answer it gives without a
+// fault: refused through PgBouncer in transaction mode, accepted on PostgreSQL directly
+// (with the suite's non-default lock_timeout). On a single connection (*pgx.Conn,
+// *sql.Conn) whose own connection the fault broke, the application opens another, as it
+// must after any broken connection, and the next call is made on that.
 func TestPoolerProbeUnderFaults(t *testing.T) {
 	t.Parallel()
 	table := tableName("inbox")
@@ -27,46 +28,54 @@ func TestPoolerProbeUnderFaults(t *testing.T) {
 	pid := netfault.Equal("SELECT pg_backend_pid()")
 	steps := []struct {
 		name     string
-		match    func() netfault.Match
-		directly bool // the step also runs on PostgreSQL directly
+		match    func() netfault.Match // a new one per case: nth counts
+		own      bool                  // the store's own connection breaks (the probe's second one otherwise)
+		directly bool                  // the step also runs on PostgreSQL directly, which answers at the first query
 	}{
-		{"first-pid", func() netfault.Match { return pid }, true},
-		{"held-pid", func() netfault.Match { return netfault.HasPrefix("BEGIN; SELECT pg_backend_pid()") }, false},
-		{"next-pid", func() netfault.Match { return nth(2, pid) }, false},
+		{"first-pid", func() netfault.Match { return pid }, true, true},
+		{"held-pid", func() netfault.Match { return netfault.HasPrefix("BEGIN; SELECT pg_backend_pid()") }, false, false},
+		{"next-pid", func() netfault.Match { return nth(2, pid) }, true, false},
+	}
+	// Each check returns the call that probes, on store.
+	newInbox := func(maxAttempts int) func(t *testing.T, store inbox.Store, key string) func() error {
+		return func(t *testing.T, store inbox.Store, key string) func() error {
+			return func() error {
+				_, err := inbox.New(inbox.Config{Store: store, Consumer: "billing", MaxAttempts: maxAttempts})
+				return err
+			}
+		}
 	}
 	checks := []struct {
-		name     string
-		mode     string // pgx's default_query_exec_mode
-		attempts int
-		refused  error
+		name    string
+		mode    string // pgx's default_query_exec_mode
+		refused error
+		call    func(t *testing.T, store inbox.Store, key string) func() error
 	}{
-		{"statement-cache", "cache_statement", 0, inbox.ErrStatementCache},
-		{"max-attempts", "exec", 3, inbox.ErrAttemptsBehindPooler},
+		{"statement-cache", "cache_statement", inbox.ErrStatementCache, newInbox(0)},
+		{"max-attempts", "exec", inbox.ErrAttemptsBehindPooler, newInbox(3)},
+		{"max-attempts-second-tenant", "exec", inbox.ErrAttemptsBehindPooler, func(t *testing.T, store inbox.Store, key string) func() error {
+			return secondTenantProcess(t, table, store, key)
+		}},
 	}
 	handles := []struct {
-		name string
-		open func(t *testing.T, dsn string, in *netfault.Injector) inbox.Store
+		name   string
+		single bool
+		open   func(t *testing.T, dsn string, dial dialFunc) inbox.Store
 	}{
-		{"pgxpool", func(t *testing.T, dsn string, in *netfault.Injector) inbox.Store {
-			cfg, err := pgxpool.ParseConfig(dsn)
-			require.NoError(t, err)
-			cfg.ConnConfig.DialFunc = in.DialContext
-			pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-			require.NoError(t, err)
-			t.Cleanup(pool.Close)
-			store, err := inbox.NewPostgresStore(pool, inbox.PostgresConfig{Table: table})
-			require.NoError(t, err)
-			return store
+		{"pgxpool", false, func(t *testing.T, dsn string, dial dialFunc) inbox.Store {
+			return pgStoreOn(t, pgPoolDial(t, dsn, dial), table)
 		}},
-		{"database-sql", func(t *testing.T, dsn string, in *netfault.Injector) inbox.Store {
-			cfg, err := pgx.ParseConfig(dsn)
+		{"pgx-conn", true, func(t *testing.T, dsn string, dial dialFunc) inbox.Store {
+			return pgStoreOn(t, pgConnDial(t, dsn, dial), table)
+		}},
+		{"database-sql", false, func(t *testing.T, dsn string, dial dialFunc) inbox.Store {
+			return sqlPgStoreOn(t, openSQL(t, "pgx", pgxDialDSN(t, dsn, dial), "PostgreSQL", "INBOX_POSTGRES_DSN"), table)
+		}},
+		{"sql-conn", true, func(t *testing.T, dsn string, dial dialFunc) inbox.Store {
+			conn, err := openSQL(t, "pgx", pgxDialDSN(t, dsn, dial), "PostgreSQL", "INBOX_POSTGRES_DSN").Conn(context.Background())
 			require.NoError(t, err)
-			cfg.DialFunc = in.DialContext
-			db := stdlib.OpenDB(*cfg)
-			t.Cleanup(func() { _ = db.Close() })
-			store, err := inbox.NewSQLPostgresStore(db, inbox.SQLPostgresConfig{Table: table})
-			require.NoError(t, err)
-			return store
+			t.Cleanup(func() { _ = conn.Close() })
+			return sqlPgStoreOn(t, conn, table)
 		}},
 	}
 	targets := []struct {
@@ -78,7 +87,7 @@ func TestPoolerProbeUnderFaults(t *testing.T) {
 			return pgbouncerDSN(t, map[string]string{"default_query_exec_mode": mode})
 		}, false},
 		{"postgres", func(t *testing.T, mode string) string {
-			return dsnWith(t, postgresDSN(), map[string]string{"default_query_exec_mode": mode})
+			return pgDSN(t, map[string]string{"default_query_exec_mode": mode})
 		}, true},
 	}
 	for _, target := range targets {
@@ -86,17 +95,17 @@ func TestPoolerProbeUnderFaults(t *testing.T) {
 			for _, h := range handles {
 				for _, step := range steps {
 					if target.directly && !step.directly {
-						continue // a direct connection answers at its first query
+						continue
 					}
 					for _, mode := range []netfault.Mode{netfault.BeforeSend, netfault.AfterReply} {
 						name := strings.Join([]string{target.name, check.name, h.name, step.name, mode.String()}, "/")
 						t.Run(name, func(t *testing.T) {
 							t.Parallel()
 							in := netfault.New(netfault.Postgres)
-							store := h.open(t, target.dsn(t, check.mode), in)
-							cfg := inbox.Config{Store: store, Consumer: "billing", MaxAttempts: check.attempts}
+							dsn := target.dsn(t, check.mode)
+							call := check.call(t, h.open(t, dsn, in.DialContext), name)
 							fault := in.Arm(netfault.Step{Match: step.match()}, mode)
-							_, err := inbox.New(cfg)
+							err := call()
 							require.True(t, fault.HasFired(), "the fault struck %s", step.name)
 							require.Error(t, err, "a probe cut short passes nothing")
 							require.NotErrorIs(t, err, check.refused, "the probe did not finish")
@@ -104,7 +113,10 @@ func TestPoolerProbeUnderFaults(t *testing.T) {
 							require.Equal(t, 1, strings.Count(err.Error(), "inbox:"), "%v", err)
 							require.ErrorContains(t, err, "the next try checks again", "whether retrying helps")
 							require.NotContains(t, err.Error(), "invalid config", "the config is fine")
-							_, err = inbox.New(cfg)
+							if h.single && step.own { // the application's next connection
+								call = check.call(t, h.open(t, dsn, in.DialContext), name)
+							}
+							err = call()
 							if target.directly {
 								require.NoError(t, err, "the probe ran again")
 							} else {
@@ -117,6 +129,52 @@ func TestPoolerProbeUnderFaults(t *testing.T) {
 			}
 		}
 	}
+}
+
+// secondTenantProcess returns a Process of key, with MaxAttempts, in the second tenant of
+// a TenantStore whose first tenant is on PostgreSQL directly and whose second is store:
+// the claim probes the second's handle, which New never saw. It requires that a call
+// that fails ran nothing, and that one that succeeds ran the function once.
+func secondTenantProcess(t *testing.T, table string, store inbox.Store, key string) func() error {
+	ctx := context.Background()
+	first := pgStoreOn(t, pgPool(t), table)
+	ts := newTenantStoreWith(t, func(_ context.Context, tenant string) (inbox.Tenant, error) {
+		if tenant == "first" {
+			return inbox.Tenant{Store: first}, nil
+		}
+		return inbox.Tenant{Store: store}, nil
+	})
+	ib, err := inbox.New(inbox.Config{Store: ts, Consumer: "billing", MaxAttempts: 3})
+	require.NoError(t, err)
+	_, err = ib.Process(inbox.ContextWithTenant(ctx, "first"), "billing", "first/"+key, func(context.Context) error { return nil })
+	require.NoError(t, err)
+	var ran atomic.Int32
+	return func() error {
+		_, err := ib.Process(inbox.ContextWithTenant(ctx, "second"), "billing", key, func(context.Context) error {
+			ran.Add(1)
+			return nil
+		})
+		want := int32(0)
+		if err == nil {
+			want = 1
+		}
+		require.Equal(t, want, ran.Load(), "ran %d times, with %v", ran.Load(), err)
+		return err
+	}
+}
+
+// pgStoreOn is a PostgresStore on db and table, whose tables exist.
+func pgStoreOn(t *testing.T, db inbox.PgxDB, table string) inbox.Store {
+	store, err := inbox.NewPostgresStore(db, inbox.PostgresConfig{Table: table})
+	require.NoError(t, err)
+	return store
+}
+
+// sqlPgStoreOn is a SQLPostgresStore on db and table, whose tables exist.
+func sqlPgStoreOn(t *testing.T, db inbox.SQLDB, table string) inbox.Store {
+	store, err := inbox.NewSQLPostgresStore(db, inbox.SQLPostgresConfig{Table: table})
+	require.NoError(t, err)
+	return store
 }
 
 // nth matches the n-th command m matches, counting from 1.
