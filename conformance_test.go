@@ -43,6 +43,18 @@ func creditOnce(ctx context.Context, ib *inbox.Inbox, l ledger, consumer, key st
 	return ib.Process(ctx, consumer, key, func(ctx context.Context) error { return l.credit(ctx, amount) })
 }
 
+// purgeEverything purges every key of store, in batches, until none is left.
+func purgeEverything(ctx context.Context, t *testing.T, store inbox.Store) {
+	t.Helper()
+	for {
+		n, err := store.PurgeBatch(ctx, time.Now().Add(time.Minute), 100)
+		require.NoError(t, err)
+		if n.Keys == 0 {
+			return
+		}
+	}
+}
+
 // exerciseStore runs the conformance suite against one store flavour.
 func exerciseStore(t *testing.T, f storeFlavour) {
 	ctx := f.context()
@@ -351,13 +363,7 @@ func exerciseStore(t *testing.T, f storeFlavour) {
 		require.NoError(t, err)
 		require.True(t, dup)
 		if !f.caps.noPurge {
-			for {
-				n, err := fx.store.PurgeBatch(ctx, time.Now().Add(time.Minute), 100)
-				require.NoError(t, err)
-				if n.Keys == 0 {
-					break
-				}
-			}
+			purgeEverything(ctx, t, fx.store)
 			dup, err = creditOnce(ctx, ib, fx.ledger, "billing", "order-22", 1)
 			require.NoError(t, err)
 			require.False(t, dup, "a purged key is new again, remembered or not")
@@ -367,6 +373,56 @@ func exerciseStore(t *testing.T, f storeFlavour) {
 		if !f.caps.noPurge {
 			want = 3
 		}
+		require.Equal(t, [2]int{want, want}, [2]int{total, credits})
+	})
+
+	// A delivery hinted as a replay (ContextWithReplayHint) is read before it is claimed,
+	// on an inbox that never saw its key (another process: RecentKeys off). The hint never
+	// answers: a new, forgotten or purged key is processed, a committed one is a
+	// duplicate, and one still in flight is waited for, then processed if its first
+	// delivery rolled back.
+	t.Run("ReplayHintNeverAnswers", func(t *testing.T) {
+		fx, ib := setup(t)
+		hinted := inbox.ContextWithReplayHint(ctx)
+		other := newTestInbox(t, fx.store, inbox.Config{RecentKeys: -1})
+		want := 0
+		credit := func(key string, wantDup bool, why string) {
+			t.Helper()
+			dup, err := creditOnce(hinted, other, fx.ledger, "billing", key, 1)
+			require.NoError(t, err)
+			require.Equal(t, wantDup, dup, why)
+			if !dup {
+				want++
+			}
+		}
+		credit("order-23", false, "a new key hinted as a replay is processed")
+		credit("order-23", true, "hinted and committed: a duplicate")
+		dup, err := creditOnce(ctx, ib, fx.ledger, "billing", "order-24", 1)
+		require.NoError(t, err)
+		require.False(t, dup)
+		want++
+		credit("order-24", true, "committed by another inbox: a duplicate")
+		found, err := fx.store.Forget(ctx, "billing", "order-24")
+		require.NoError(t, err)
+		require.True(t, found)
+		credit("order-24", false, "a forgotten key is new again, hinted or not")
+		credit("order-24", true, "processed again, then a duplicate")
+		if !f.caps.noPurge {
+			purgeEverything(ctx, t, fx.store)
+			credit("order-23", false, "a purged key is new again, hinted or not")
+		}
+
+		// In flight: no committed row to read, so the hinted rival claims and waits.
+		h := holdCredit(ctx, t, ib, fx.ledger, "order-25", 1, false)
+		peer := newTestInbox(t, fx.peer(t), inbox.Config{RecentKeys: -1})
+		rival, err := raceHeld(t, h, "a hinted delivery must wait for the first's transaction", func() (bool, error) {
+			return creditOnce(hinted, peer, fx.ledger, "billing", "order-25", 1)
+		})
+		require.Error(t, err, "the first rolled back")
+		require.NoError(t, rival[0].err)
+		require.False(t, rival[0].got, "the first rolled back: the hinted rival processes")
+		want++
+		total, credits := fx.ledger.balance(t)
 		require.Equal(t, [2]int{want, want}, [2]int{total, credits})
 	})
 

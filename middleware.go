@@ -145,7 +145,8 @@ type Config struct {
 	// a first delivery pays nothing for it. It applies over a PostgresStore, a
 	// SQLPostgresStore or a MySQLStore, not in a transaction the inbox joins nor in
 	// offset mode (ADR 121). Defaults to DefaultRecentKeys; a negative number turns the
-	// hints off.
+	// hints off. A delivery whose context carries ContextWithReplayHint is read first
+	// too, remembered or not.
 	RecentKeys int
 
 	// Tenant derives each message's tenant for the middleware, which puts it in the
@@ -282,6 +283,9 @@ type Inbox struct {
 	inFlight partitionsInFlight
 	// recent holds the keys to read before claiming (Config.RecentKeys); nil when off.
 	recent *recentKeys
+	// reader reads a key's stored row before its claim (readFirst); nil when the store
+	// cannot.
+	reader storedReader
 }
 
 // verifyTimeout bounds New's check that the store's tables exist.
@@ -310,7 +314,8 @@ func New(cfg Config) (*Inbox, error) {
 	if err := cfg.verifyOffsets(ctx); err != nil {
 		return nil, err
 	}
-	return &Inbox{cfg: cfg, recent: newRecentKeys(cfg)}, nil
+	reader, _ := cfg.Store.(storedReader)
+	return &Inbox{cfg: cfg, recent: newRecentKeys(cfg), reader: reader}, nil
 }
 
 // attemptChecker is a store of this package that can tell, when New is called, that it

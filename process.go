@@ -27,7 +27,7 @@ func (ib *Inbox) process(ctx context.Context, rec Record, msg *message.Message, 
 
 	start := time.Now()
 	if joined == nil && rec.pos == nil {
-		if claim, ok := ib.recent.read(ctx, rec); ok {
+		if claim, ok := ib.readFirst(ctx, rec); ok {
 			return claim, time.Since(start), nil
 		}
 	}

@@ -18,21 +18,19 @@ type storedReader interface {
 // purged since (by this process or another) finds no row and is claimed as usual, and a
 // key is added only once its commit went through. A nil *recentKeys holds nothing.
 type recentKeys struct {
-	reader storedReader
-	mu     sync.Mutex
-	keys   map[string]struct{}
-	ring   []string // the keys in the order they came; the oldest is overwritten
-	next   int
+	mu   sync.Mutex
+	keys map[string]struct{}
+	ring []string // the keys in the order they came; the oldest is overwritten
+	next int
 }
 
 // newRecentKeys returns the hints for cfg's store, nil when turned off or when the store
 // cannot read a stored row on its own.
 func newRecentKeys(cfg Config) *recentKeys {
-	reader, ok := cfg.Store.(storedReader)
-	if !ok || cfg.RecentKeys <= 0 {
+	if _, ok := cfg.Store.(storedReader); !ok || cfg.RecentKeys <= 0 {
 		return nil
 	}
-	return &recentKeys{reader: reader, keys: make(map[string]struct{}, cfg.RecentKeys), ring: make([]string, cfg.RecentKeys)}
+	return &recentKeys{keys: make(map[string]struct{}, cfg.RecentKeys), ring: make([]string, cfg.RecentKeys)}
 }
 
 func recentKey(rec Record) string { return rec.Consumer + "\x00" + rec.Key }
@@ -56,22 +54,49 @@ func (r *recentKeys) add(rec Record) {
 	r.next = (r.next + 1) % len(r.ring)
 }
 
-// has reports whether rec's key is remembered.
+// has reports whether rec's key is remembered; a nil *recentKeys remembers nothing.
 func (r *recentKeys) has(rec Record) bool {
+	if r == nil {
+		return false
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	_, ok := r.keys[recentKey(rec)]
 	return ok
 }
 
-// read answers a remembered key's duplicate from its stored row, read outside any
-// transaction. ok is false when the key is not remembered, or has no row any more, or
-// the read failed: the claim then decides, as for any key.
-func (r *recentKeys) read(ctx context.Context, rec Record) (Claim, bool) {
-	if r == nil || !r.has(rec) {
+type replayHintContextKey struct{}
+
+// ContextWithReplayHint returns a copy of ctx that says its delivery is likely a replay:
+// an HTTP client's retry, a message the broker marks as redelivered. The Inbox then reads
+// the key's stored row before it claims the key, as it does for the keys it committed
+// itself (Config.RecentKeys), so that the replay of a key another process committed (or
+// this one before a restart) is answered in one round trip instead of a refused claim
+// and a read. A hint on a first delivery costs that read, one round trip more. The hint
+// never answers anything: a key without a committed row (new, forgotten, purged, or
+// still in flight) is claimed as any other. Stores that cannot read a row on their own
+// (the tenant router, SQLite, Redis) ignore it, as they do RecentKeys; so do joined
+// transactions and offset mode. inboxhttp sets it from Config.ReplayHint; for messages,
+// a middleware outside the inbox's can set it in the message context.
+func ContextWithReplayHint(ctx context.Context) context.Context {
+	return context.WithValue(ctx, replayHintContextKey{}, true)
+}
+
+// replayHinted reports whether ctx carries ContextWithReplayHint.
+func replayHinted(ctx context.Context) bool {
+	hinted, _ := ctx.Value(replayHintContextKey{}).(bool)
+	return hinted
+}
+
+// readFirst answers the duplicate of a key the Inbox remembers, or of a delivery hinted
+// as a replay, from its stored row, read outside any transaction. ok is false when
+// neither applies, when the store cannot read a row on its own, when the key has no
+// committed row, or when the read failed: the claim then decides, as for any key.
+func (ib *Inbox) readFirst(ctx context.Context, rec Record) (Claim, bool) {
+	if ib.reader == nil || !(ib.recent.has(rec) || replayHinted(ctx)) {
 		return Claim{}, false
 	}
-	claim, found, err := r.reader.readStored(ctx, rec)
+	claim, found, err := ib.reader.readStored(ctx, rec)
 	if err != nil || !found {
 		return Claim{}, false
 	}

@@ -20,14 +20,17 @@ import (
 // handler), none to a duplicate or a failure: the attempt's start travels with the
 // claim, its end with the commit or the rollback. With Config.RecentKeys (the default)
 // the duplicate of a key the inbox committed is one read, without a claim or an
-// attempt; with it off, the claim path. The figures are the minimum; a change that adds
-// one fails here.
+// attempt; with it off, the claim path, unless the duplicate is hinted as a replay
+// (ContextWithReplayHint): then the read again. The figures are the minimum; a change
+// that adds one fails here.
 func TestRoundTrips_MaxAttempts(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		maxAttempts, recentKeys int
-		first, dup, failed      int64
-		why                     string
+		// hinted sends the duplicate with ContextWithReplayHint.
+		hinted             bool
+		first, dup, failed int64
+		why                string
 	}{
 		{maxAttempts: 0, recentKeys: -1, first: 3, dup: 2, failed: 3,
 			why: "first: BEGIN+INSERT key (folded); handler INSERT; COMMIT. duplicate: BEGIN+INSERT fails; ROLLBACK+SELECT stored. failed: claim; handler; ROLLBACK"},
@@ -38,9 +41,13 @@ func TestRoundTrips_MaxAttempts(t *testing.T) {
 			why: "Config.RecentKeys: the duplicate of a key this inbox committed is the read of its stored row (SELECT stored); the rest as without"},
 		{maxAttempts: 3, first: 4, dup: 1, failed: 4,
 			why: "Config.RecentKeys: the duplicate of a key this inbox committed is the read of its stored row, no attempt started; the rest as without"},
+		{maxAttempts: 0, recentKeys: -1, hinted: true, first: 3, dup: 1, failed: 3,
+			why: "a duplicate hinted as a replay, its key not remembered: the read of its stored row; the rest as without"},
+		{maxAttempts: 3, recentKeys: -1, hinted: true, first: 4, dup: 1, failed: 4,
+			why: "a duplicate hinted as a replay, its key not remembered: the read of its stored row, no attempt started; the rest as without"},
 	}
 	for _, tt := range tests {
-		t.Run(fmt.Sprintf("MaxAttempts=%d/RecentKeys=%d", tt.maxAttempts, tt.recentKeys), func(t *testing.T) {
+		t.Run(fmt.Sprintf("MaxAttempts=%d/RecentKeys=%d/hinted=%v", tt.maxAttempts, tt.recentKeys, tt.hinted), func(t *testing.T) {
 			t.Parallel()
 			rt := &sqltest.RoundTrips{}
 			cfg, err := pgxpool.ParseConfig(postgresDSN())
@@ -56,6 +63,12 @@ func TestRoundTrips_MaxAttempts(t *testing.T) {
 			ib := newTestInbox(t, store, inbox.Config{MaxAttempts: tt.maxAttempts, RecentKeys: tt.recentKeys})
 			ctx := context.Background()
 			credit := func(key string) (bool, error) { return creditOnce(ctx, ib, ledger, "billing", key, 1) }
+			again := credit // a duplicate
+			if tt.hinted {
+				again = func(key string) (bool, error) {
+					return creditOnce(inbox.ContextWithReplayHint(ctx), ib, ledger, "billing", key, 1)
+				}
+			}
 			boom := errors.New("boom")
 			fail := func(key string) error {
 				_, err := ib.Process(ctx, "billing", key, func(ctx context.Context) error {
@@ -66,7 +79,7 @@ func TestRoundTrips_MaxAttempts(t *testing.T) {
 			// Warm up: the connection, and pgx's statement cache.
 			_, err = credit("warm-up")
 			require.NoError(t, err)
-			_, err = credit("warm-up")
+			_, err = again("warm-up")
 			require.NoError(t, err)
 			require.ErrorIs(t, fail("warm-up-failing"), boom)
 
@@ -75,7 +88,7 @@ func TestRoundTrips_MaxAttempts(t *testing.T) {
 			require.NoError(t, err)
 			require.False(t, dup)
 			first := rt.N.Swap(0)
-			dup, err = credit("counted")
+			dup, err = again("counted")
 			require.NoError(t, err)
 			require.True(t, dup)
 			duplicate := rt.N.Swap(0)

@@ -148,6 +148,17 @@ type Config struct {
 	// and Content-Length are never stored. Defaults to Date.
 	OmitHeaders []string
 
+	// ReplayHint reports whether a request is likely a retry, e.g. from a header the
+	// client sets on its retries (AWS SDKs send "amz-sdk-request: attempt=2"; your own
+	// clients may send a retry count). Such a request's stored response is read before
+	// its key is claimed (inbox.ContextWithReplayHint): the replay of a response another
+	// server process stored is answered in one round trip instead of a refused claim and
+	// a read, and a hinted request that turns out to be new pays that read, one round trip
+	// more. A wrong hint only costs that round trip: the database answers, never the
+	// hint. Defaults to nil: only the keys this process stored are read first
+	// (inbox.Config.RecentKeys).
+	ReplayHint func(r *http.Request) bool
+
 	// ReplayHeader is the header set to "true" on a replayed response. Defaults to
 	// "Idempotent-Replayed", Stripe's name.
 	ReplayHeader string

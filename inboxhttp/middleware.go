@@ -144,7 +144,11 @@ func (m *Idempotency) serve(w http.ResponseWriter, r *http.Request, next http.Ha
 	// The request's context, detached from the client (see Middleware), and cancelled
 	// only if the claim is still waiting on the key when InFlightWait runs out, with a
 	// cause that makes the inbox see contention.
-	ctx, cancel := context.WithCancelCause(inbox.ContextWithTx(context.WithoutCancel(r.Context()), nil))
+	ctx := inbox.ContextWithTx(context.WithoutCancel(r.Context()), nil)
+	if m.cfg.ReplayHint != nil && m.cfg.ReplayHint(r) {
+		ctx = inbox.ContextWithReplayHint(ctx)
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	timer := time.AfterFunc(m.cfg.InFlightWait, func() { cancel(errWaitExpired) })
 	defer timer.Stop()
