@@ -20,7 +20,7 @@ import (
 // The fault axis of the conformance suite: every flavour's deliveries run through a
 // netfault.Injector that breaks one connection at one step of a delivery (the steps the
 // flavour declares: claim, the handler's statement, the stored output, the commit, the
-// attempt's start and end, the Deduplicator's check), either after the server ran the
+// attempt's start and end, the read of a replay's stored row, the Deduplicator's check), either after the server ran the
 // command and before the client read its reply, or before the command reached the
 // server. Then the message is redelivered as a broker would, until it is acked, and the
 // ledger must be exact: the effect applied once, the key stored once, the output
@@ -60,6 +60,10 @@ type faultCase struct {
 	careless bool
 	// copies is the number of concurrent deliveries of the message, 1 for none.
 	copies int
+	// replay processes the message once, without a fault, before the faulted deliveries,
+	// which are its replays from another inbox (process), hinted as such
+	// (ContextWithReplayHint): they read the stored row before any claim.
+	replay bool
 }
 
 func (c faultCase) name() string {
@@ -75,6 +79,9 @@ func (c faultCase) name() string {
 	}
 	if c.copies > 1 {
 		name += fmt.Sprintf("/%dConcurrentCopies", c.copies)
+	}
+	if c.replay {
+		name += "/HintedReplay"
 	}
 	return name
 }
@@ -100,6 +107,9 @@ func faultCases(steps map[faultStep]netfault.Step) []faultCase {
 		for _, step := range []faultStep{stepClaim, stepHandler, stepOutput, stepCommit, stepAttemptStart} {
 			add(faultCase{step: step, mode: mode, maxAttempts: faultAxisMaxAttempts, copies: 3})
 		}
+		add(faultCase{step: stepReadStored, mode: mode, copies: 1, replay: true})
+		add(faultCase{step: stepReadStored, mode: mode, maxAttempts: faultAxisMaxAttempts, copies: 1, replay: true})
+		add(faultCase{step: stepReadStored, mode: mode, copies: 3, replay: true})
 	}
 	return cases
 }
@@ -157,6 +167,9 @@ func (r *faultRun) deliver(ib *inbox.Inbox, fails bool) (out []*message.Message,
 			r.t.Logf("a delivery ran past its %v deadline (a server did not answer): nacked, it comes again: %v", faultAxisDeliveryTime, err)
 		}
 	}()
+	if r.c.replay {
+		ctx = inbox.ContextWithReplayHint(ctx)
+	}
 	msg := r.f.message(r.key, []byte(`{"amount":1}`))
 	msg.SetContext(ctx)
 	out, err = ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
@@ -217,6 +230,11 @@ func (r *faultRun) untilAcked(ib *inbox.Inbox, copyN int, faulted int, faults ch
 func (r *faultRun) run() {
 	t := r.t
 	_, creditsBefore := r.fx.ledger.balance(t)
+	if r.c.replay { // processed once by another inbox: the faulted deliveries are replays
+		_, dup, err := r.deliver(r.inbox(r.fx.store), false)
+		require.NoError(t, err)
+		require.False(t, dup)
+	}
 	faults := make(chan *netfault.Fault, r.c.copies*faultAxisDeliveries)
 	outs := make([][]*message.Message, r.c.copies)
 	if r.c.copies == 1 {

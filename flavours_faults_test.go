@@ -42,6 +42,11 @@ const (
 	stepAttemptStart faultStep = "attempt-start" // MaxAttempts: the start's write, committed
 	stepAttemptEnd   faultStep = "attempt-end"   // MaxAttempts: a clean end's write
 	stepDedup        faultStep = "dedup"         // the Deduplicator repository's check
+	// stepReadStored is the read of a committed key's stored row: before the claim for a
+	// remembered or hinted key (ContextWithReplayHint), else the duplicate's read in the
+	// claim: over a store that cannot read before it (the tenant router, and redialStore,
+	// which hides the unexported method), the hint is ignored and the claim reads.
+	stepReadStored faultStep = "read-stored"
 )
 
 // netFaults is how a fixture's connections are broken.
@@ -86,7 +91,9 @@ func (nf *netFaults) dial() dialFunc {
 // whose settings refuse the folded claim, database/sql) gets it. A clean end deletes the
 // row before it unlocks (a rollback's pipeline on pgx, a statement of its own on
 // database/sql): attempt-end is that DELETE. A commit deletes the row in the key's
-// transaction, before the COMMIT.
+// transaction, before the COMMIT. read-stored is the stored row's SELECT: a query of its
+// own before the claim, or, in pgx's folded claim, the last statement of the duplicate's
+// "ROLLBACK; ...; SELECT encode(...)" round trip.
 func pgFaultSteps(t, ledger string) map[faultStep]netfault.Step {
 	a := strings.TrimSuffix(t, `"`) + `_attempts"`
 	claim := netfault.Contains("INSERT INTO " + t + " (")
@@ -97,6 +104,19 @@ func pgFaultSteps(t, ledger string) map[faultStep]netfault.Step {
 		stepCommit:       {Match: statement("commit"), After: claim},
 		stepAttemptStart: {Match: netfault.Contains("INSERT INTO " + a + " (")},
 		stepAttemptEnd:   {Match: netfault.Contains("DELETE FROM " + a + " WHERE")},
+		stepReadStored:   {Match: anyOf(netfault.Contains("SELECT fingerprint, output FROM "+t+" WHERE"), netfault.Contains("SELECT encode(fingerprint, 'hex'), encode(output, 'hex') FROM "+t+" WHERE"))},
+	}
+}
+
+// anyOf matches a command that one of ms matches.
+func anyOf(ms ...netfault.Match) netfault.Match {
+	return func(c string) bool {
+		for _, m := range ms {
+			if m(c) {
+				return true
+			}
+		}
+		return false
 	}
 }
 
@@ -143,6 +163,7 @@ func mysqlFaultSteps(table, ledger string) map[faultStep]netfault.Step {
 		stepCommit:       {Match: netfault.Equal("COMMIT"), After: claim},
 		stepAttemptStart: {Match: netfault.Contains("INSERT INTO " + a + " (")},
 		stepAttemptEnd:   {Match: netfault.Contains("DELETE FROM " + a + " WHERE")},
+		stepReadStored:   {Match: netfault.Contains("SELECT `fingerprint`, `output` FROM " + t + " WHERE")},
 	}
 }
 
