@@ -44,8 +44,8 @@ const (
 	stepDedup        faultStep = "dedup"         // the Deduplicator repository's check
 	// stepReadStored is the read of a committed key's stored row: before the claim for a
 	// remembered or hinted key (ContextWithReplayHint), else the duplicate's read in the
-	// claim: over a store that cannot read before it (the tenant router, and redialStore,
-	// which hides the unexported method), the hint is ignored and the claim reads.
+	// claim: over a store that cannot read before it (redialStore, which hides the
+	// unexported method), the hint is ignored and the claim reads.
 	stepReadStored faultStep = "read-stored"
 )
 

@@ -143,8 +143,9 @@ type Config struct {
 	// from what it read; a key whose row is gone (Forget, purge) is claimed as usual, so
 	// nothing is ever answered from memory. Other keys are claimed directly, as before:
 	// a first delivery pays nothing for it. It applies over a PostgresStore, a
-	// SQLPostgresStore or a MySQLStore, not in a transaction the inbox joins nor in
-	// offset mode (ADR 121). Defaults to DefaultRecentKeys; a negative number turns the
+	// SQLPostgresStore or a MySQLStore (and a TenantStore's tenants on them, a key
+	// remembered per tenant), not in a transaction the inbox joins nor in offset mode
+	// (ADR 121). Defaults to DefaultRecentKeys; a negative number turns the
 	// hints off. A delivery whose context carries ContextWithReplayHint is read first
 	// too, remembered or not.
 	RecentKeys int

@@ -42,7 +42,7 @@ func (ib *Inbox) process(ctx context.Context, rec Record, msg *message.Message, 
 		return Claim{}, wait, join(ib.fail(ctx, rec, msg, OutcomeFailed, wait, err), ib.endAttempt(ctx, rec))
 	case claim.Duplicate: // the store ended the attempt
 		if joined == nil && rec.pos == nil {
-			ib.recent.add(rec)
+			ib.recent.add(ctx, rec)
 		}
 		return claim, wait, nil
 	}
@@ -86,7 +86,7 @@ func (ib *Inbox) process(ctx context.Context, rec Record, msg *message.Message, 
 			ib.cfg.Logger.Error("inbox: could not end the attempt of a joined transaction", err, watermill.LogFields{"consumer": rec.Consumer, "key": rec.Key})
 		}
 	} else if rec.pos == nil {
-		ib.recent.add(rec)
+		ib.recent.add(ctx, rec)
 	}
 	ib.observe(ctx, rec, msg, OutcomeProcessed, wait, nil)
 	return claim, wait, nil

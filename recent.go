@@ -33,14 +33,18 @@ func newRecentKeys(cfg Config) *recentKeys {
 	return &recentKeys{keys: make(map[string]struct{}, cfg.RecentKeys), ring: make([]string, cfg.RecentKeys)}
 }
 
-func recentKey(rec Record) string { return rec.Consumer + "\x00" + rec.Key }
+// recentKey names rec's key in ctx's tenant (a TenantStore keeps a key per tenant).
+func recentKey(ctx context.Context, rec Record) string {
+	tenant, _ := TenantFromContext(ctx)
+	return tenant + "\x00" + rec.Consumer + "\x00" + rec.Key
+}
 
-// add remembers rec's key, committed.
-func (r *recentKeys) add(rec Record) {
+// add remembers rec's key, committed in ctx's tenant.
+func (r *recentKeys) add(ctx context.Context, rec Record) {
 	if r == nil {
 		return
 	}
-	k := recentKey(rec)
+	k := recentKey(ctx, rec)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if _, ok := r.keys[k]; ok {
@@ -54,14 +58,15 @@ func (r *recentKeys) add(rec Record) {
 	r.next = (r.next + 1) % len(r.ring)
 }
 
-// has reports whether rec's key is remembered; a nil *recentKeys remembers nothing.
-func (r *recentKeys) has(rec Record) bool {
+// has reports whether rec's key is remembered in ctx's tenant; a nil *recentKeys
+// remembers nothing.
+func (r *recentKeys) has(ctx context.Context, rec Record) bool {
 	if r == nil {
 		return false
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	_, ok := r.keys[recentKey(rec)]
+	_, ok := r.keys[recentKey(ctx, rec)]
 	return ok
 }
 
@@ -75,8 +80,8 @@ type replayHintContextKey struct{}
 // and a read. A hint on a first delivery costs that read, one round trip more. The hint
 // never answers anything: a key without a committed row (new, forgotten, purged, or
 // still in flight) is claimed as any other. Stores that cannot read a row on their own
-// (the tenant router, SQLite, Redis) ignore it, as they do RecentKeys; so do joined
-// transactions and offset mode. inboxhttp sets it from Config.ReplayHint; for messages,
+// (SQLite, Redis, and a TenantStore's tenants on them) ignore it, as they do RecentKeys;
+// so do joined transactions and offset mode. inboxhttp sets it from Config.ReplayHint; for messages,
 // a middleware outside the inbox's can set it in the message context.
 func ContextWithReplayHint(ctx context.Context) context.Context {
 	return context.WithValue(ctx, replayHintContextKey{}, true)
@@ -93,7 +98,7 @@ func replayHinted(ctx context.Context) bool {
 // neither applies, when the store cannot read a row on its own, when the key has no
 // committed row, or when the read failed: the claim then decides, as for any key.
 func (ib *Inbox) readFirst(ctx context.Context, rec Record) (Claim, bool) {
-	if ib.reader == nil || !(ib.recent.has(rec) || replayHinted(ctx)) {
+	if ib.reader == nil || !(ib.recent.has(ctx, rec) || replayHinted(ctx)) {
 		return Claim{}, false
 	}
 	claim, found, err := ib.reader.readStored(ctx, rec)

@@ -13,25 +13,28 @@ import (
 func TestRecentKeysForgetsTheOldest(t *testing.T) {
 	r := &recentKeys{keys: map[string]struct{}{}, ring: make([]string, 3)}
 	rec := func(consumer string, i int) Record { return Record{Consumer: consumer, Key: fmt.Sprint("k", i)} }
+	ctx := t.Context()
 	for i := range 3 {
-		r.add(rec("a", i))
+		r.add(ctx, rec("a", i))
 	}
-	r.add(rec("a", 2)) // already held: no place taken
-	require.True(t, r.has(rec("a", 0)))
-	require.False(t, r.has(rec("b", 0)), "keys are per consumer")
-	r.add(rec("a", 3))
-	require.False(t, r.has(rec("a", 0)), "the oldest key went")
+	r.add(ctx, rec("a", 2)) // already held: no place taken
+	require.True(t, r.has(ctx, rec("a", 0)))
+	require.False(t, r.has(ctx, rec("b", 0)), "keys are per consumer")
+	require.False(t, r.has(ContextWithTenant(ctx, "acme"), rec("a", 0)), "keys are per tenant")
+	r.add(ctx, rec("a", 3))
+	require.False(t, r.has(ctx, rec("a", 0)), "the oldest key went")
 	for i := 1; i <= 3; i++ {
-		require.True(t, r.has(rec("a", i)))
+		require.True(t, r.has(ctx, rec("a", i)))
 	}
 	require.Len(t, r.keys, 3)
 	var none *recentKeys // hints off
-	none.add(rec("a", 0))
-	require.False(t, none.has(rec("a", 0)))
+	none.add(ctx, rec("a", 0))
+	require.False(t, none.has(ctx, rec("a", 0)))
 }
 
 // TestRecentKeysOnlyForStoresThatRead: hints are kept only over a store that can read a
-// stored row by itself, and RecentKeys < 0 turns them off.
+// stored row by itself (a TenantStore passes the read on to its tenants' stores), and
+// RecentKeys < 0 turns them off.
 func TestRecentKeysOnlyForStoresThatRead(t *testing.T) {
 	pool, err := pgxpool.New(t.Context(), "postgres://postgres@127.0.0.1:1/none") // never dialled
 	require.NoError(t, err)
@@ -40,5 +43,5 @@ func TestRecentKeysOnlyForStoresThatRead(t *testing.T) {
 	require.NoError(t, err)
 	require.NotNil(t, newRecentKeys(Config{Store: pg, RecentKeys: 10}))
 	require.Nil(t, newRecentKeys(Config{Store: pg, RecentKeys: -1}))
-	require.Nil(t, newRecentKeys(Config{Store: &TenantStore{}, RecentKeys: 10}))
+	require.NotNil(t, newRecentKeys(Config{Store: &TenantStore{}, RecentKeys: 10}))
 }

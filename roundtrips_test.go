@@ -28,7 +28,9 @@ func TestRoundTrips_MaxAttempts(t *testing.T) {
 	tests := []struct {
 		maxAttempts, recentKeys int
 		// hinted sends the duplicate with ContextWithReplayHint.
-		hinted             bool
+		hinted bool
+		// tenant puts the store behind a TenantStore, its tenant in the context.
+		tenant             bool
 		first, dup, failed int64
 		why                string
 	}{
@@ -45,9 +47,13 @@ func TestRoundTrips_MaxAttempts(t *testing.T) {
 			why: "a duplicate hinted as a replay, its key not remembered: the read of its stored row; the rest as without"},
 		{maxAttempts: 3, recentKeys: -1, hinted: true, first: 4, dup: 1, failed: 4,
 			why: "a duplicate hinted as a replay, its key not remembered: the read of its stored row, no attempt started; the rest as without"},
+		{maxAttempts: 0, tenant: true, first: 3, dup: 1, failed: 3,
+			why: "behind a TenantStore: the same, the remembered key read in the tenant's store"},
+		{maxAttempts: 0, recentKeys: -1, hinted: true, tenant: true, first: 3, dup: 1, failed: 3,
+			why: "behind a TenantStore: a duplicate hinted as a replay is read in the tenant's store"},
 	}
 	for _, tt := range tests {
-		t.Run(fmt.Sprintf("MaxAttempts=%d/RecentKeys=%d/hinted=%v", tt.maxAttempts, tt.recentKeys, tt.hinted), func(t *testing.T) {
+		t.Run(fmt.Sprintf("MaxAttempts=%d/RecentKeys=%d/hinted=%v/tenant=%v", tt.maxAttempts, tt.recentKeys, tt.hinted, tt.tenant), func(t *testing.T) {
 			t.Parallel()
 			rt := &sqltest.RoundTrips{}
 			cfg, err := pgxpool.ParseConfig(postgresDSN())
@@ -58,10 +64,15 @@ func TestRoundTrips_MaxAttempts(t *testing.T) {
 			pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 			require.NoError(t, err)
 			t.Cleanup(pool.Close)
-			store := newPgxStore(t, pool, inbox.PostgresConfig{})
+			var store inbox.Store = newPgxStore(t, pool, inbox.PostgresConfig{})
 			ledger := newPgLedger(t, pool)
-			ib := newTestInbox(t, store, inbox.Config{MaxAttempts: tt.maxAttempts, RecentKeys: tt.recentKeys})
 			ctx := context.Background()
+			if tt.tenant {
+				tenant := store
+				store = newTenantStoreWith(t, func(context.Context, string) (inbox.Tenant, error) { return inbox.Tenant{Store: tenant}, nil })
+				ctx = inbox.ContextWithTenant(ctx, "acme")
+			}
+			ib := newTestInbox(t, store, inbox.Config{MaxAttempts: tt.maxAttempts, RecentKeys: tt.recentKeys})
 			credit := func(key string) (bool, error) { return creditOnce(ctx, ib, ledger, "billing", key, 1) }
 			again := credit // a duplicate
 			if tt.hinted {

@@ -32,6 +32,23 @@ func (s *TenantStore) ClaimIn(ctx context.Context, tx any, rec Record) (Claim, e
 	return e.hold(claim, err)
 }
 
+// readStored implements storedReader on the store of the tenant in ctx, when that store
+// reads a stored row on its own (PostgreSQL, MySQL); for another (SQLite, Redis) found is
+// false, and the claim decides.
+func (s *TenantStore) readStored(ctx context.Context, rec Record) (Claim, bool, error) {
+	e, err := s.use(ctx, "reading the stored key")
+	if err != nil {
+		return Claim{}, false, err
+	}
+	defer e.inFlight.Done()
+	r, ok := e.t.Store.(storedReader)
+	if !ok {
+		return Claim{}, false, nil
+	}
+	claim, found, err := r.readStored(ctx, rec)
+	return claim, found, e.wrap(err)
+}
+
 // EndAttempt implements Store on the store of the tenant in ctx.
 func (s *TenantStore) EndAttempt(ctx context.Context, rec Record) error {
 	e, err := s.use(ctx, "ending the attempt")
