@@ -145,9 +145,9 @@ type Config struct {
 	// a first delivery pays nothing for it. It applies over a PostgresStore, a
 	// SQLPostgresStore or a MySQLStore (and a TenantStore's tenants on them, a key
 	// remembered per tenant), not in a transaction the inbox joins nor in offset mode
-	// (ADR 121). Defaults to DefaultRecentKeys; a negative number turns the
-	// hints off. A delivery whose context carries ContextWithReplayHint is read first
-	// too, remembered or not.
+	// (ADR 121). Defaults to DefaultRecentKeys; a negative number turns the hints off.
+	// A delivery whose context carries ContextWithReplayHint is read first too,
+	// remembered or not (ADR 125).
 	RecentKeys int
 
 	// Tenant derives each message's tenant for the middleware, which puts it in the

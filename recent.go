@@ -80,9 +80,10 @@ type replayHintContextKey struct{}
 // and a read. A hint on a first delivery costs that read, one round trip more. The hint
 // never answers anything: a key without a committed row (new, forgotten, purged, or
 // still in flight) is claimed as any other. Stores that cannot read a row on their own
-// (SQLite, Redis, and a TenantStore's tenants on them) ignore it, as they do RecentKeys;
-// so do joined transactions and offset mode. inboxhttp sets it from Config.ReplayHint; for messages,
-// a middleware outside the inbox's can set it in the message context.
+// (SQLite, Redis, and a TenantStore's tenants on them) ignore it, as they do
+// RecentKeys; so do joined transactions and offset mode. inboxhttp sets it from
+// Config.ReplayHint; for messages, a middleware outside the inbox's can set it in the
+// message context (ADR 125).
 func ContextWithReplayHint(ctx context.Context) context.Context {
 	return context.WithValue(ctx, replayHintContextKey{}, true)
 }
