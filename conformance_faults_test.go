@@ -20,9 +20,9 @@ import (
 // The fault axis of the conformance suite: every flavour's deliveries run through a
 // netfault.Injector that breaks one connection at one step of a delivery (the steps the
 // flavour declares: claim, the handler's statement, the stored output, the commit, the
-// attempt's start and end, the read of a replay's stored row, the Deduplicator's check), either after the server ran the
-// command and before the client read its reply, or before the command reached the
-// server. Then the message is redelivered as a broker would, until it is acked, and the
+// attempt's start and end, the read of a replay's stored row, the Deduplicator's
+// check), either after the server ran the command and before the client read its
+// reply, or before the command reached the server. Then the message is redelivered as a broker would, until it is acked, and the
 // ledger must be exact: the effect applied once, the key stored once, the output
 // published with the ack (produced, or replayed by a duplicate), and no healthy message
 // refused. docs/reliability.md describes the model.
@@ -62,7 +62,8 @@ type faultCase struct {
 	copies int
 	// replay processes the message once, without a fault, before the faulted deliveries,
 	// which are its replays from another inbox (process), hinted as such
-	// (ContextWithReplayHint): they read the stored row before any claim.
+	// (ContextWithReplayHint): they read the stored row before any claim, or in the
+	// claim over a store that cannot read first (stepReadStored).
 	replay bool
 }
 

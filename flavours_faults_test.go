@@ -104,7 +104,10 @@ func pgFaultSteps(t, ledger string) map[faultStep]netfault.Step {
 		stepCommit:       {Match: statement("commit"), After: claim},
 		stepAttemptStart: {Match: netfault.Contains("INSERT INTO " + a + " (")},
 		stepAttemptEnd:   {Match: netfault.Contains("DELETE FROM " + a + " WHERE")},
-		stepReadStored:   {Match: anyOf(netfault.Contains("SELECT fingerprint, output FROM "+t+" WHERE"), netfault.Contains("SELECT encode(fingerprint, 'hex'), encode(output, 'hex') FROM "+t+" WHERE"))},
+		stepReadStored: {Match: anyOf(
+			netfault.Contains("SELECT fingerprint, output FROM "+t+" WHERE"),
+			netfault.Contains("SELECT encode(fingerprint, 'hex'), encode(output, 'hex') FROM "+t+" WHERE"),
+		)},
 	}
 }
 

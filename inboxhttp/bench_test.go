@@ -134,7 +134,7 @@ func newHTTPTarget(b *testing.B, flavour string) *httpTarget {
 	}
 	cfg := inboxhttp.Config{Inbox: ib, Consumer: "bench"}
 	if variants["hint"] {
-		cfg.ReplayHint = func(r *http.Request) bool { return r.Header.Get(retryHeader) != "" }
+		cfg.ReplayHint = isRetry
 	}
 	m, err := inboxhttp.New(cfg)
 	require.NoError(b, err)
@@ -181,9 +181,6 @@ func (h *httpTarget) op(url string, replayed bool) benchload.Op {
 		return nil
 	}
 }
-
-// retryHeader marks a benchmark's replays as a client's retries.
-const retryHeader = "X-Retry-Count"
 
 var (
 	httpFlavours   = []string{"pgx", "mariadb", "mariadb-session", "mariadb-rc"}

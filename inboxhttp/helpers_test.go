@@ -219,13 +219,31 @@ func (r reply) replayed() bool { return r.header.Get("Idempotent-Replayed") == "
 // returns what came back.
 func post(t testing.TB, client *http.Client, url, key, body string) (reply, error) {
 	t.Helper()
+	return do(client, newPost(t, url, key, body))
+}
+
+// postRetry is post marked as the client's retry (retryHeader).
+func postRetry(t testing.TB, client *http.Client, url, key, body string) (reply, error) {
+	t.Helper()
+	req := newPost(t, url, key, body)
+	req.Header.Set(retryHeader, "1")
+	return do(client, req)
+}
+
+func newPost(t testing.TB, url, key, body string) *http.Request {
+	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
 	require.NoError(t, err)
 	if key != "" {
 		req.Header.Set("Idempotency-Key", `"`+key+`"`)
 	}
-	return do(client, req)
+	return req
 }
+
+// retryHeader marks a test client's retries, which isRetry reads (Config.ReplayHint).
+const retryHeader = "X-Retry-Count"
+
+func isRetry(r *http.Request) bool { return r.Header.Get(retryHeader) != "" }
 
 func do(client *http.Client, req *http.Request) (reply, error) {
 	resp, err := client.Do(req)

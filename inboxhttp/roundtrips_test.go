@@ -4,7 +4,6 @@ import (
 	"context"
 	"net"
 	"net/http"
-	"strings"
 	"testing"
 
 	"github.com/go-sql-driver/mysql"
@@ -85,18 +84,16 @@ func TestRoundTrips(t *testing.T) {
 			require.NoError(t, err)
 			cfg := inboxhttp.Config{Inbox: ib}
 			if tt.hinted {
-				cfg.ReplayHint = func(r *http.Request) bool { return r.Header.Get("X-Retry-Count") != "" }
+				cfg.ReplayHint = isRetry
 			}
 			url := serve(t, newMiddleware(t, b, cfg), p)
 			client := &http.Client{}
 			send := func(key string, retry bool) reply {
-				req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"amount":1}`))
-				require.NoError(t, err)
-				req.Header.Set("Idempotency-Key", `"`+key+`"`)
+				sendOne := post
 				if retry {
-					req.Header.Set("X-Retry-Count", "1")
+					sendOne = postRetry
 				}
-				got, err := do(client, req)
+				got, err := sendOne(t, client, url, key, `{"amount":1}`)
 				require.NoError(t, err)
 				return got
 			}
