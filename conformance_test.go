@@ -380,7 +380,8 @@ func exerciseStore(t *testing.T, f storeFlavour) {
 	// on an inbox that never saw its key (another process: RecentKeys off). The hint never
 	// answers: a new, forgotten or purged key is processed, a committed one is a
 	// duplicate, and one still in flight is waited for, then processed if its first
-	// delivery rolled back.
+	// delivery rolled back; with an ended context or in a joined transaction it changes
+	// nothing.
 	t.Run("ReplayHintNeverAnswers", func(t *testing.T) {
 		fx, ib := setup(t)
 		hinted := inbox.ContextWithReplayHint(ctx)
@@ -407,6 +408,26 @@ func exerciseStore(t *testing.T, f storeFlavour) {
 		require.True(t, found)
 		credit("order-24", false, "a forgotten key is new again, hinted or not")
 		credit("order-24", true, "processed again, then a duplicate")
+
+		// A delivery whose context ended fails and processes nothing, and the handle (a
+		// single connection on the -conn flavours) answers the next one.
+		ended, cancel := context.WithCancel(hinted)
+		cancel()
+		_, err = creditOnce(ended, other, fx.ledger, "billing", "order-24", 1)
+		require.ErrorIs(t, err, context.Canceled)
+		credit("order-24", true, "after a delivery whose context had ended")
+
+		// In a transaction the inbox joins, from another handle, the hint changes nothing:
+		// the key is claimed in the owner's transaction.
+		if !f.caps.noJoin {
+			tx, end := fx.beginOther(t)
+			dup, err := creditOnce(inbox.ContextWithTx(hinted, tx), other, fx.ledger, "billing", "order-26", 1)
+			require.NoError(t, err)
+			require.False(t, dup, "a new key in a joined transaction, hinted")
+			require.NoError(t, end(true))
+			want++
+			credit("order-26", true, "the owner committed")
+		}
 		if !f.caps.noPurge {
 			purgeEverything(ctx, t, fx.store)
 			credit("order-23", false, "a purged key is new again, hinted or not")
