@@ -19,10 +19,13 @@ type storedReader interface {
 // key is added only once its commit went through. A nil *recentKeys holds nothing.
 type recentKeys struct {
 	mu   sync.Mutex
-	keys map[string]struct{}
-	ring []string // the keys in the order they came; the oldest is overwritten
+	keys map[recentKey]struct{}
+	ring []recentKey // the keys in the order they came; the oldest is overwritten
 	next int
 }
+
+// recentKey names a key in its tenant (a TenantStore keeps a key per tenant).
+type recentKey struct{ tenant, consumer, key string }
 
 // newRecentKeys returns the hints for cfg's store, nil when turned off or when the store
 // cannot read a stored row on its own.
@@ -30,13 +33,12 @@ func newRecentKeys(cfg Config) *recentKeys {
 	if _, ok := cfg.Store.(storedReader); !ok || cfg.RecentKeys <= 0 {
 		return nil
 	}
-	return &recentKeys{keys: make(map[string]struct{}, cfg.RecentKeys), ring: make([]string, cfg.RecentKeys)}
+	return &recentKeys{keys: make(map[recentKey]struct{}, cfg.RecentKeys), ring: make([]recentKey, cfg.RecentKeys)}
 }
 
-// recentKey names rec's key in ctx's tenant (a TenantStore keeps a key per tenant).
-func recentKey(ctx context.Context, rec Record) string {
+func recentKeyOf(ctx context.Context, rec Record) recentKey {
 	tenant, _ := TenantFromContext(ctx)
-	return tenant + "\x00" + rec.Consumer + "\x00" + rec.Key
+	return recentKey{tenant, rec.Consumer, rec.Key}
 }
 
 // add remembers rec's key, committed in ctx's tenant.
@@ -44,14 +46,14 @@ func (r *recentKeys) add(ctx context.Context, rec Record) {
 	if r == nil {
 		return
 	}
-	k := recentKey(ctx, rec)
+	k := recentKeyOf(ctx, rec)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if _, ok := r.keys[k]; ok {
 		return
 	}
-	if old := r.ring[r.next]; old != "" {
-		delete(r.keys, old)
+	if len(r.keys) == len(r.ring) { // full: the ring's keys are distinct, the oldest goes
+		delete(r.keys, r.ring[r.next])
 	}
 	r.ring[r.next] = k
 	r.keys[k] = struct{}{}
@@ -66,7 +68,7 @@ func (r *recentKeys) has(ctx context.Context, rec Record) bool {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	_, ok := r.keys[recentKey(ctx, rec)]
+	_, ok := r.keys[recentKeyOf(ctx, rec)]
 	return ok
 }
 

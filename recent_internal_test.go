@@ -11,7 +11,7 @@ import (
 // TestRecentKeysForgetsTheOldest checks the bound of Config.RecentKeys: the set holds the
 // last n keys, per consumer, and a key added twice takes one place.
 func TestRecentKeysForgetsTheOldest(t *testing.T) {
-	r := &recentKeys{keys: map[string]struct{}{}, ring: make([]string, 3)}
+	r := &recentKeys{keys: map[recentKey]struct{}{}, ring: make([]recentKey, 3)}
 	rec := func(consumer string, i int) Record { return Record{Consumer: consumer, Key: fmt.Sprint("k", i)} }
 	ctx := t.Context()
 	for i := range 3 {
@@ -44,4 +44,20 @@ func TestRecentKeysOnlyForStoresThatRead(t *testing.T) {
 	require.NotNil(t, newRecentKeys(Config{Store: pg, RecentKeys: 10}))
 	require.Nil(t, newRecentKeys(Config{Store: pg, RecentKeys: -1}))
 	require.NotNil(t, newRecentKeys(Config{Store: &TenantStore{}, RecentKeys: 10}))
+}
+
+// TestRecentKeysAllocateNothing: every first delivery looks its key up and adds it, so
+// neither allocates (the key is a struct of the strings the Record already holds).
+func TestRecentKeysAllocateNothing(t *testing.T) {
+	r := &recentKeys{keys: map[recentKey]struct{}{}, ring: make([]recentKey, 8)}
+	ctx := ContextWithTenant(t.Context(), "acme")
+	rec := Record{Consumer: "billing", Key: "order-1"}
+	r.add(ctx, rec)
+	allocs := testing.AllocsPerRun(100, func() {
+		if !r.has(ctx, rec) {
+			t.Fatal("the key is remembered")
+		}
+		r.add(ctx, rec)
+	})
+	require.Zero(t, allocs)
 }
