@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+
+	"github.com/watermill-inbox/inbox/internal/contract"
 )
 
 // Item is one message of a batch, as Inbox.ProcessBatch keys it.
@@ -53,7 +55,7 @@ type BatchItemError struct {
 }
 
 func (e *BatchItemError) Error() string {
-	return fmt.Sprintf("%smessage %d of the batch: %s", prefix, e.Index, bare(e.Err))
+	return fmt.Sprintf("%smessage %d of the batch: %s", contract.Prefix, e.Index, contract.Bare(e.Err))
 }
 
 // Unwrap returns Err.
@@ -92,7 +94,7 @@ func (ib *Inbox) ProcessBatch(ctx context.Context, consumer string, items []Item
 		if it.Key == "" {
 			return res, ib.refuseBatch(ctx, consumer, keys, i, OutcomeNoKey, 0, fmt.Errorf("consumer %q: %w: the key is empty", consumer, ErrNoKey))
 		}
-		keys[i] = storableKey(it.Key)
+		keys[i] = contract.StorableKey(it.Key)
 	}
 	ctx, bad, err := batchTenant(ctx, items)
 	if err != nil {
@@ -250,18 +252,18 @@ func (ib *Inbox) runBatch(ctx context.Context, consumer string, keys []string, c
 		return res, ib.failBatch(ctx, consumer, keys, nil, 0, OutcomeFailed, context.Cause(ctx))
 	}
 	start := time.Now()
-	v, err := claim(ctx, txFromContext(ctx))
+	v, err := claim(ctx, contract.TxFromContext(ctx))
 	wait := time.Since(start)
 	var itemErr *BatchItemError
 	switch {
 	case errors.As(err, &itemErr): // one message refuses the batch (offset mode: its position)
-		return res, join(ib.refuseBatch(ctx, consumer, keys, itemErr.Index, OutcomeFailed, wait, itemErr.Err), rollbackIf(ctx, v.tx))
+		return res, contract.Join(ib.refuseBatch(ctx, consumer, keys, itemErr.Index, OutcomeFailed, wait, itemErr.Err), rollbackIf(ctx, v.tx))
 	case err != nil:
 		outcome := OutcomeFailed
 		if errors.Is(err, ErrContended) {
 			outcome = OutcomeContended
 		}
-		return res, join(ib.failBatch(ctx, consumer, keys, nil, wait, outcome, err), rollbackIf(ctx, v.tx))
+		return res, contract.Join(ib.failBatch(ctx, consumer, keys, nil, wait, outcome, err), rollbackIf(ctx, v.tx))
 	}
 	for i, mismatch := range v.mismatch {
 		if !mismatch {
@@ -271,7 +273,7 @@ func (ib *Inbox) runBatch(ctx context.Context, consumer string, keys []string, c
 		ib.cfg.Logger.Error("inbox: duplicate key with a different fingerprint", ErrFingerprintMismatch, fields)
 		if ib.cfg.OnMismatch == Fail {
 			err := fmt.Errorf("consumer %q key %q: %w", consumer, keys[i], errors.Join(ErrDuplicate, ErrFingerprintMismatch))
-			return res, join(ib.refuseBatch(ctx, consumer, keys, i, OutcomeMismatch, wait, err), rollbackIf(ctx, v.tx))
+			return res, contract.Join(ib.refuseBatch(ctx, consumer, keys, i, OutcomeMismatch, wait, err), rollbackIf(ctx, v.tx))
 		}
 	}
 	var fresh []int
@@ -311,7 +313,7 @@ func (ib *Inbox) runBatch(ctx context.Context, consumer string, keys []string, c
 			ib.observeKey(ctx, consumer, keys[i], OutcomeFailed, wait, err)
 		}
 		if rollbackErr := tx.Rollback(ctx); rollbackErr != nil {
-			err = join(err, rollbackErr)
+			err = contract.Join(err, rollbackErr)
 		}
 		return res, err
 	}
@@ -321,7 +323,7 @@ func (ib *Inbox) runBatch(ctx context.Context, consumer string, keys []string, c
 		err = context.Cause(ctx)
 	}
 	if err != nil {
-		return res, join(ib.failBatch(ctx, consumer, keys, fresh, wait, OutcomeFailed, err), tx.Rollback(ctx))
+		return res, contract.Join(ib.failBatch(ctx, consumer, keys, fresh, wait, OutcomeFailed, err), tx.Rollback(ctx))
 	}
 	for _, i := range fresh {
 		ib.observeKey(ctx, consumer, keys[i], OutcomeProcessed, wait, nil)
@@ -345,12 +347,12 @@ func (ib *Inbox) failBatch(ctx context.Context, consumer string, keys []string, 
 	what := fmt.Sprintf("consumer %q, batch of %d messages", consumer, len(keys))
 	if ctxErr := ctx.Err(); ctxErr != nil {
 		if !errors.Is(err, ctxErr) {
-			err = join(err, ctxErr)
+			err = contract.Join(err, ctxErr)
 		}
 		what += fmt.Sprintf(": the context ended (%v) before the inbox was done, so nothing was committed: call again with the same messages"+
 			" (the new ones are processed then, or skipped if the commit went through); if a deadline ended it, give fn more time than it takes", ctxErr)
 	}
-	err = wrap(what, err)
+	err = contract.Wrap(what, err)
 	if which == nil {
 		for i := range keys {
 			ib.observeKey(ctx, consumer, keys[i], outcome, wait, err)

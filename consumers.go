@@ -6,22 +6,9 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
-)
 
-// ConsumerNeighbours is an optional Store ability, found with a type assertion: telling,
-// cheaply (a few index lookups, never a scan), whether a consumer name is new on a table
-// that holds other consumers' keys. The middleware uses it to warn once when a consumer
-// name appears that has no keys while others have: a renamed handler (the consumer
-// defaults to the Watermill handler name) processes again every message its old name
-// processed. PostgresStore, SQLPostgresStore, MySQLStore, sqlitestore and TenantStore
-// (in the tenant of the message) implement it.
-type ConsumerNeighbours interface {
-	// NeighbourConsumers returns nil when consumer has keys in the store, or when no
-	// other consumer has; otherwise up to two other consumers that have keys: the
-	// names next to consumer in byte order, which is where a renamed one sorts when the
-	// rename kept its beginning ("billing" for "billing-v2").
-	NeighbourConsumers(ctx context.Context, consumer string) ([]string, error)
-}
+	"github.com/watermill-inbox/inbox/internal/contract"
+)
 
 // consumerCheckTimeout bounds the consumer name check of a message.
 const consumerCheckTimeout = 5 * time.Second
@@ -35,7 +22,7 @@ const consumerCheckTimeout = 5 * time.Second
 // context with its tenant, if any: a TenantStore checks in that tenant's store.
 func (ib *Inbox) checkConsumer(msgCtx context.Context, consumer string) {
 	neighbours, ok := ib.cfg.Store.(ConsumerNeighbours)
-	if !ok || txFromContext(msgCtx) != nil {
+	if !ok || contract.TxFromContext(msgCtx) != nil {
 		return
 	}
 	if _, checked := ib.consumers.LoadOrStore(consumer, struct{}{}); checked {

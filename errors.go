@@ -2,7 +2,8 @@ package inbox
 
 import (
 	"errors"
-	"strings"
+
+	"github.com/watermill-inbox/inbox/internal/contract"
 )
 
 // Errors the inbox returns, always wrapped with the message UUID or the store call that failed.
@@ -31,28 +32,6 @@ var (
 	// Permanent.
 	ErrFingerprintMismatch = errors.New("same inbox key, different message")
 
-	// ErrContended means the key could not be claimed because another transaction held it
-	// and the database gave up waiting (lock wait timeout, deadlock, serialization failure).
-	// Nothing was processed and nothing was marked: retry the message (nack it).
-	// Transient.
-	ErrContended = errors.New("inbox key contended, retry")
-
-	// ErrTooManyAttempts means the message has started Config.MaxAttempts times without
-	// committing or failing cleanly: its handler probably crashes the process. Route it with
-	// Watermill's middleware.PoisonQueue. Permanent: after fixing the handler, Forget the
-	// key's attempts (Store.Forget) and replay the message.
-	ErrTooManyAttempts = errors.New("too many attempts without a commit")
-
-	// ErrTxDone means the handler committed or rolled back the inbox transaction itself.
-	// Only the middleware may end it: a handler returns an error to roll back. Permanent:
-	// the handler has a bug.
-	ErrTxDone = errors.New("the handler ended the inbox transaction")
-
-	// ErrNoTable means the inbox table does not exist or lacks a column the store needs.
-	// Transient: the message is fine, the database is not ready; create or migrate the
-	// tables, and the message comes again.
-	ErrNoTable = errors.New("inbox table missing")
-
 	// ErrRetention means a purge was refused because its cutoff is younger than
 	// PurgeConfig.MinRetention: a message older than the cutoff can still come back (topic
 	// retention, DLQ replay), and once its key is purged it would be processed again.
@@ -65,61 +44,63 @@ var (
 // outside the middleware.
 var ErrNoTx = errors.New("no inbox transaction of that type in the context")
 
-// ErrAttemptsNeedConn means attempts could not be counted (Config.MaxAttempts) beside a
-// joined transaction: counting needs a connection other than the one that transaction
-// runs on, and the store's handle has none free, or is that very connection. Transient:
-// the message is fine; a pool busier than its size delays it, and a store over a single
-// connection needs its pool instead (the error says which).
-var ErrAttemptsNeedConn = errors.New("attempt counting needs a connection of its own")
+// Errors of the stores: each store returns them, wrapped, for the same causes.
+var (
+	// ErrContended means the key could not be claimed because another transaction held it
+	// and the database gave up waiting (lock wait timeout, deadlock, serialization failure).
+	// Nothing was processed and nothing was marked: retry the message (nack it).
+	// Transient.
+	ErrContended = contract.ErrContended
 
-// ErrOutputTooLarge means the messages a handler produced are larger than the store can
-// keep with the key (Config.MaxOutputBytes, or the database's own packet limit). The
-// transaction rolled back; the message fails the same way on every delivery until the
-// handler produces less, or the limit is raised. Permanent.
-var ErrOutputTooLarge = errors.New("produced messages too large to store with the key")
+	// ErrTooManyAttempts means the message has started Config.MaxAttempts times without
+	// committing or failing cleanly: its handler probably crashes the process. Route it with
+	// Watermill's middleware.PoisonQueue. Permanent: after fixing the handler, Forget the
+	// key's attempts (Store.Forget) and replay the message.
+	ErrTooManyAttempts = contract.ErrTooManyAttempts
 
-// prefix starts every error this package makes, once.
-const prefix = "inbox: "
+	// ErrTxDone means the handler committed or rolled back the inbox transaction itself.
+	// Only the middleware may end it: a handler returns an error to roll back. Permanent:
+	// the handler has a bug.
+	ErrTxDone = contract.ErrTxDone
 
-// chainError is an error of this package whose text says "inbox: " once, however many
-// of the package's errors it wraps: wrap and join drop the prefix of what they wrap.
-type chainError struct {
-	msg  string
-	errs []error
-}
+	// ErrNoTable means the inbox table does not exist or lacks a column the store needs.
+	// Transient: the message is fine, the database is not ready; create or migrate the
+	// tables, and the message comes again.
+	ErrNoTable = contract.ErrNoTable
 
-func (e *chainError) Error() string   { return e.msg }
-func (e *chainError) Unwrap() []error { return e.errs }
+	// ErrAttemptsNeedConn means attempts could not be counted (Config.MaxAttempts) beside a
+	// joined transaction: counting needs a connection other than the one that transaction
+	// runs on, and the store's handle has none free, or is that very connection. Transient:
+	// the message is fine; a pool busier than its size delays it, and a store over a single
+	// connection needs its pool instead (the error says which).
+	ErrAttemptsNeedConn = contract.ErrAttemptsNeedConn
 
-// bare returns err's text without this package's prefix.
-func bare(err error) string { return strings.TrimPrefix(err.Error(), prefix) }
+	// ErrOutputTooLarge means the messages a handler produced are larger than the store can
+	// keep with the key (Config.MaxOutputBytes, or the database's own packet limit). The
+	// transaction rolled back; the message fails the same way on every delivery until the
+	// handler produces less, or the limit is raised. Permanent.
+	ErrOutputTooLarge = contract.ErrOutputTooLarge
 
-// wrap returns "inbox: <what>: <err>", err's own prefix dropped. It wraps err.
-func wrap(what string, err error) error {
-	return &chainError{msg: prefix + what + ": " + bare(err), errs: []error{err}}
-}
+	// ErrStatementCache means pgx's statement cache (default_query_exec_mode=cache_statement,
+	// pgx's default, also under database/sql's "pgx" driver) meets a pooler that moves a
+	// client's transactions between server connections, such as PgBouncer in transaction
+	// mode: prepared statements fail there. New finds it when the pooler is visible, and a
+	// store call that fails with such an error wraps it. Add default_query_exec_mode=exec
+	// (or cache_describe, or simple_protocol) to the DSN. It is transient for a message: a
+	// fault of the deployment, not of the message, so a failed message is nacked and
+	// processed once the DSN is fixed, never sent to a poison queue.
+	ErrStatementCache = contract.ErrStatementCache
 
-// join returns the non-nil errors joined with "; ", each after the first without its
-// prefix: nil when all are nil, the error itself when only one is not. It wraps them all.
-func join(errs ...error) error {
-	var kept []error
-	msg := ""
-	for _, err := range errs {
-		switch {
-		case err == nil:
-			continue
-		case len(kept) == 0:
-			msg = err.Error()
-		default:
-			msg += "; " + bare(err)
-		}
-		kept = append(kept, err)
-	}
-	switch len(kept) {
-	case 0:
-		return nil
-	case 1:
-		return kept[0]
-	}
-	return &chainError{msg: msg, errs: kept}
-}
+	// ErrAttemptsBehindPooler means MaxAttempts meets a pooler that moves a client's
+	// transactions between server connections (PgBouncer in transaction mode). An attempt
+	// holds a session lock from its start to its end (ADR 60), and such a pooler lends the
+	// session out between the client's transactions: the lock stays with a server connection
+	// other clients then use, so a clean end cannot release it (locks leak) and an attempt
+	// that crashed looks alive for as long as that server connection lives (MaxAttempts never
+	// refuses the message). Measured on PgBouncer 1.18 (ADR 96). New refuses MaxAttempts on
+	// such a store, and a claim that carries an attempt (a tenant's store, which New never
+	// saw) fails with it: set MaxAttempts to 0 for the consumers behind the pooler, or give
+	// their store a connection to PostgreSQL directly (or through a pooler in session mode).
+	// It is transient for a message: a fault of the deployment, not of the message.
+	ErrAttemptsBehindPooler = contract.ErrAttemptsBehindPooler
+)

@@ -2,12 +2,9 @@ package inbox
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 )
@@ -16,11 +13,6 @@ import (
 // message and differs between messages. It returns an error wrapping ErrNoKey when the
 // message has none. An empty key is treated as no key.
 type KeyFunc func(msg *message.Message) (string, error)
-
-// MaxKeyLen is the longest key stored as it is. A longer key, or one that is not valid
-// UTF-8 or holds a NUL byte (which PostgreSQL text cannot store), is stored as
-// "sha256:" and the hex SHA-256 of its bytes: deterministic, and still unique.
-const MaxKeyLen = 255
 
 // KeyFromUUID takes the key from the Watermill message UUID. It is the default.
 // Subscribers fill the UUID from the _watermill_message_uuid header that Watermill
@@ -124,14 +116,4 @@ func FirstOf(funcs ...KeyFunc) KeyFunc {
 		}
 		return "", fmt.Errorf("%w: none of %d key functions found one (%s)", ErrNoKey, len(funcs), strings.Join(reasons, "; "))
 	}
-}
-
-// storableKey returns key as the store keeps it: unchanged when it is short, valid UTF-8
-// and free of NUL bytes; otherwise "sha256:" and its hex digest.
-func storableKey(key string) string {
-	if len(key) <= MaxKeyLen && utf8.ValidString(key) && strings.IndexByte(key, 0) < 0 {
-		return key
-	}
-	sum := sha256.Sum256([]byte(key))
-	return "sha256:" + hex.EncodeToString(sum[:])
 }

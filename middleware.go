@@ -13,6 +13,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/watermill-inbox/inbox/internal/contract"
 )
 
 // Metadata the middleware sets on a consumed message that turned out to be a duplicate, so
@@ -198,10 +200,6 @@ const DefaultRecentKeys = 4096
 // DefaultMaxOutputBytes is Config.MaxOutputBytes's default.
 const DefaultMaxOutputBytes = 8 << 20
 
-// AttemptConnWait bounds how long counting an attempt beside a joined transaction waits
-// for a second connection of the store's pool (see Config.MaxAttempts).
-const AttemptConnWait = 5 * time.Second
-
 // maxConsumerLen bounds consumer names so every store can index them.
 const maxConsumerLen = 255
 
@@ -257,7 +255,7 @@ func (c *Config) validate() error {
 		errs = append(errs, fmt.Errorf("MaxOutputBytes is %d: use a positive number of bytes, or 0 for the default %d", c.MaxOutputBytes, DefaultMaxOutputBytes))
 	}
 	errs = append(errs, c.validateOffsets()...)
-	return join(errs...)
+	return contract.Join(errs...)
 }
 
 // ValidateConsumer reports whether consumer can name a consumer: 1 to 255 bytes of
@@ -286,7 +284,7 @@ type Inbox struct {
 	recent *recentKeys
 	// reader reads a key's stored row before its claim (readFirst); nil when the store
 	// cannot.
-	reader storedReader
+	reader contract.StoredReader
 }
 
 // verifyTimeout bounds New's check that the store's tables exist.
@@ -304,9 +302,9 @@ func New(cfg Config) (*Inbox, error) {
 	if err := cfg.Store.Verify(ctx); err != nil {
 		return nil, err
 	}
-	if c, ok := cfg.Store.(attemptChecker); ok && cfg.MaxAttempts > 0 {
-		if err := c.checkAttempts(ctx); err != nil {
-			if errors.Is(err, errProbeFailed) { // not the config: the connection failed
+	if c, ok := cfg.Store.(contract.AttemptChecker); ok && cfg.MaxAttempts > 0 {
+		if err := c.CheckAttempts(ctx); err != nil {
+			if errors.Is(err, contract.ErrProbeFailed) { // not the config: the connection failed
 				return nil, err
 			}
 			return nil, fmt.Errorf("inbox: invalid config: MaxAttempts is %d: %w", cfg.MaxAttempts, err)
@@ -315,14 +313,8 @@ func New(cfg Config) (*Inbox, error) {
 	if err := cfg.verifyOffsets(ctx); err != nil {
 		return nil, err
 	}
-	reader, _ := cfg.Store.(storedReader)
+	reader, _ := cfg.Store.(contract.StoredReader)
 	return &Inbox{cfg: cfg, recent: newRecentKeys(cfg), reader: reader}, nil
-}
-
-// attemptChecker is a store of this package that can tell, when New is called, that it
-// cannot count attempts (on its handle, or behind a transaction pooler).
-type attemptChecker interface {
-	checkAttempts(ctx context.Context) error
 }
 
 // Middleware is the Watermill middleware: router.AddMiddleware(ib.Middleware). For each
@@ -354,7 +346,7 @@ func (ib *Inbox) middleware(h message.HandlerFunc) message.HandlerFunc {
 
 		rec, outcome, err := ib.record(msg)
 		if err != nil {
-			err = wrap(messageName(msg), err)
+			err = contract.Wrap(messageName(msg), err)
 			ib.observe(msg.Context(), rec, msg, outcome, 0, err)
 			return nil, err
 		}
@@ -402,7 +394,7 @@ func (ib *Inbox) tenant(msg *message.Message, rec Record) (context.Context, erro
 		if !tenantError(err) {
 			outcome, err = OutcomeFailed, fmt.Errorf("deriving the tenant (Config.Tenant): %w", err)
 		}
-		err = wrap(fmt.Sprintf("message %s: consumer %q key %q", msg.UUID, rec.Consumer, rec.Key), err)
+		err = contract.Wrap(fmt.Sprintf("message %s: consumer %q key %q", msg.UUID, rec.Consumer, rec.Key), err)
 		ib.observe(ctx, rec, msg, outcome, 0, err)
 		return ctx, err
 	}
@@ -421,7 +413,7 @@ func (ib *Inbox) Process(ctx context.Context, consumer, key string, fn func(ctx 
 	if key == "" {
 		return false, fmt.Errorf("inbox: consumer %q: %w: the key is empty", consumer, ErrNoKey)
 	}
-	rec := Record{Consumer: consumer, Key: storableKey(key)}
+	rec := Record{Consumer: consumer, Key: contract.StorableKey(key)}
 	claim, wait, err := ib.process(ctx, rec, nil, func(ctx context.Context) ([]byte, error) {
 		return nil, fn(ctx)
 	})
@@ -453,7 +445,7 @@ func (ib *Inbox) record(msg *message.Message) (Record, Outcome, error) {
 	if err != nil {
 		return rec, OutcomeNoKey, err
 	}
-	rec.Key = storableKey(key)
+	rec.Key = contract.StorableKey(key)
 	if rec.Fingerprint, err = ib.cfg.Fingerprint(msg); err != nil {
 		return rec, OutcomeFailed, fmt.Errorf("consumer %q key %q: the fingerprint function failed: %w", rec.Consumer, rec.Key, err)
 	}
@@ -482,7 +474,7 @@ func (ib *Inbox) duplicate(ctx context.Context, msg *message.Message, rec Record
 	if rec.Fingerprint != nil && claim.Fingerprint != nil && !bytes.Equal(rec.Fingerprint, claim.Fingerprint) {
 		msg.Metadata.Set(MetadataMismatch, "true")
 		mode, outcome = ib.cfg.OnMismatch, OutcomeMismatch
-		cause = join(ErrDuplicate, ErrFingerprintMismatch)
+		cause = contract.Join(ErrDuplicate, ErrFingerprintMismatch)
 		ib.cfg.Logger.Error("inbox: duplicate key with a different fingerprint", ErrFingerprintMismatch, fields)
 	}
 
@@ -498,7 +490,7 @@ func (ib *Inbox) duplicate(ctx context.Context, msg *message.Message, rec Record
 	}
 	replay, err := decodeOutput(claim.Output)
 	if err != nil {
-		err = wrap(messageName(msg), err)
+		err = contract.Wrap(messageName(msg), err)
 		ib.observe(ctx, rec, msg, OutcomeFailed, wait, err)
 		return nil, err
 	}

@@ -8,6 +8,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/watermill-inbox/inbox/internal/contract"
 )
 
 // The middleware in offset mode (Config.Position): each message is claimed by its
@@ -58,7 +60,7 @@ func (ib *Inbox) positionRecord(msg *message.Message, rec Record) (Record, Outco
 	case pos.Partition < 0 || pos.Offset < 0:
 		return rec, OutcomeNoKey, fmt.Errorf("%w: the position function returned partition %d, offset %d: neither may be negative", ErrNoKey, pos.Partition, pos.Offset)
 	}
-	rec.Key, rec.pos = pos.String(), &pos
+	rec.Key, rec.Position = pos.String(), &pos
 	return rec, "", nil
 }
 
@@ -66,13 +68,13 @@ func (ib *Inbox) positionRecord(msg *message.Message, rec Record) (Record, Outco
 // in offset mode its position. A duplicate position's transaction is ended here, as a
 // store ends a duplicate key's.
 func (ib *Inbox) claim(ctx context.Context, joined any, rec Record) (Claim, error) {
-	if rec.pos == nil {
+	if rec.Position == nil {
 		if joined != nil {
 			return ib.cfg.Store.ClaimIn(ctx, joined, rec)
 		}
 		return ib.cfg.Store.Claim(ctx, rec)
 	}
-	positions := []Position{*rec.pos}
+	positions := []Position{*rec.Position}
 	parts, _, err := groupPositions(positions)
 	if err != nil {
 		return Claim{}, err
@@ -83,7 +85,7 @@ func (ib *Inbox) claim(ctx context.Context, joined any, rec Record) (Claim, erro
 		if errors.As(err, &itemErr) {
 			err = itemErr.Err
 		}
-		return Claim{}, join(err, rollbackIf(ctx, v.tx))
+		return Claim{}, contract.Join(err, rollbackIf(ctx, v.tx))
 	}
 	if v.dup[0] {
 		return Claim{Duplicate: true, Output: v.output}, rollbackIf(ctx, v.tx)
@@ -114,7 +116,7 @@ func (ib *Inbox) positionMiddleware(next message.HandlerFunc) message.HandlerFun
 		if err != nil {
 			ib.cfg.Logger.Error("inbox: message refused: its partition is not delivered one message at a time, in order", err,
 				watermill.LogFields{"consumer": rec.Consumer, "record": rec.Key, "message_uuid": msg.UUID})
-			err = wrap(messageName(msg)+": consumer "+fmt.Sprintf("%q", rec.Consumer)+" record "+rec.Key, err)
+			err = contract.Wrap(messageName(msg)+": consumer "+fmt.Sprintf("%q", rec.Consumer)+" record "+rec.Key, err)
 			ib.observe(msg.Context(), rec, msg, OutcomeFailed, 0, err)
 			return nil, err
 		}
@@ -146,7 +148,7 @@ type partitionKey struct {
 
 // enter marks rec's partition in flight, or refuses it when it is already.
 func (p *partitionsInFlight) enter(rec Record) (leave func(), err error) {
-	k := partitionKey{rec.Consumer, rec.pos.Topic, rec.pos.Partition}
+	k := partitionKey{rec.Consumer, rec.Position.Topic, rec.Position.Partition}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if offset, busy := p.in[k]; busy {
@@ -156,7 +158,7 @@ func (p *partitionsInFlight) enter(rec Record) (leave func(), err error) {
 	if p.in == nil {
 		p.in = map[partitionKey]int64{}
 	}
-	p.in[k] = rec.pos.Offset
+	p.in[k] = rec.Position.Offset
 	return func() {
 		p.mu.Lock()
 		defer p.mu.Unlock()

@@ -4,6 +4,8 @@ import (
 	"errors"
 
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
+
+	"github.com/watermill-inbox/inbox/internal/contract"
 )
 
 // permanentErrors are this package's permanent errors (docs/errors.md): the message
@@ -60,17 +62,7 @@ func Permanent(err error) bool {
 // A handler returns it for what no redelivery can cure, e.g.
 // inbox.MarkPermanent(fmt.Errorf("order %s: unknown currency %q", id, cur)); packages
 // declare their permanent sentinels with it. It returns nil for nil.
-func MarkPermanent(err error) error {
-	if err == nil {
-		return nil
-	}
-	return permanentError{err}
-}
-
-type permanentError struct{ error }
-
-func (e permanentError) Unwrap() error   { return e.error }
-func (e permanentError) Permanent() bool { return true }
+func MarkPermanent(err error) error { return contract.MarkPermanent(err) }
 
 // ShouldRetry is Watermill's middleware.Retry.ShouldRetry for a handler behind the
 // inbox: it retries transient errors only (see Permanent).

@@ -8,6 +8,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/watermill-inbox/inbox/internal/contract"
 )
 
 // process claims rec's key and, when it is new, runs fn in the claimed transaction and
@@ -20,13 +22,13 @@ func (ib *Inbox) process(ctx context.Context, rec Record, msg *message.Message, 
 	if err := ctx.Err(); err != nil {
 		return Claim{}, 0, ib.fail(ctx, rec, msg, OutcomeFailed, 0, context.Cause(ctx))
 	}
-	joined := txFromContext(ctx)
+	joined := contract.TxFromContext(ctx)
 	if ib.cfg.MaxAttempts > 0 {
 		rec.Attempt = newAttemptToken()
 	}
 
 	start := time.Now()
-	if joined == nil && rec.pos == nil {
+	if joined == nil && rec.Position == nil {
 		if claim, ok := ib.readFirst(ctx, rec); ok {
 			return claim, time.Since(start), nil
 		}
@@ -39,9 +41,9 @@ func (ib *Inbox) process(ctx context.Context, rec Record, msg *message.Message, 
 	case tenantError(err): // refused before anything was written: no attempt to end
 		return Claim{}, wait, ib.fail(ctx, rec, msg, OutcomeNoTenant, wait, err)
 	case err != nil:
-		return Claim{}, wait, join(ib.fail(ctx, rec, msg, OutcomeFailed, wait, err), ib.endAttempt(ctx, rec))
+		return Claim{}, wait, contract.Join(ib.fail(ctx, rec, msg, OutcomeFailed, wait, err), ib.endAttempt(ctx, rec))
 	case claim.Duplicate: // the store ended the attempt
-		if joined == nil && rec.pos == nil {
+		if joined == nil && rec.Position == nil {
 			ib.recent.add(ctx, rec)
 		}
 		return claim, wait, nil
@@ -50,7 +52,7 @@ func (ib *Inbox) process(ctx context.Context, rec Record, msg *message.Message, 
 	tx := claim.Tx
 	if ib.cfg.MaxAttempts > 0 && claim.Unfinished >= ib.cfg.MaxAttempts {
 		err := fmt.Errorf("%w: %d attempts started and never finished", ErrTooManyAttempts, claim.Unfinished)
-		return Claim{}, wait, join(ib.fail(ctx, rec, msg, OutcomeTooManyAttempts, wait, err), ib.rollback(ctx, rec, tx))
+		return Claim{}, wait, contract.Join(ib.fail(ctx, rec, msg, OutcomeTooManyAttempts, wait, err), ib.rollback(ctx, rec, tx))
 	}
 
 	ended := false
@@ -65,27 +67,27 @@ func (ib *Inbox) process(ctx context.Context, rec Record, msg *message.Message, 
 	if err == nil && len(output) > ib.cfg.MaxOutputBytes {
 		err = ib.fail(ctx, rec, msg, OutcomeFailed, wait, fmt.Errorf("%w: the handler's output (produced messages, or a stored result) is %d bytes, more than Config.MaxOutputBytes (%d): produce fewer or smaller messages (or publish them through the outbox), or raise the limit",
 			ErrOutputTooLarge, len(output), ib.cfg.MaxOutputBytes))
-		return Claim{}, wait, join(err, ib.rollback(ctx, rec, tx))
+		return Claim{}, wait, contract.Join(err, ib.rollback(ctx, rec, tx))
 	}
 	if err != nil {
 		ib.observe(ctx, rec, msg, failedOutcome(err), wait, err)
 		if rollbackErr := ib.rollback(ctx, rec, tx); rollbackErr != nil {
-			err = join(err, rollbackErr)
+			err = contract.Join(err, rollbackErr)
 		}
 		return Claim{}, wait, err
 	}
 	if ctx.Err() != nil { // no commit on a dead context: pgx would close the connection
-		return Claim{}, wait, join(ib.fail(ctx, rec, msg, OutcomeFailed, wait, context.Cause(ctx)), ib.rollback(ctx, rec, tx))
+		return Claim{}, wait, contract.Join(ib.fail(ctx, rec, msg, OutcomeFailed, wait, context.Cause(ctx)), ib.rollback(ctx, rec, tx))
 	}
 	if err := tx.Commit(ctx, output); err != nil {
 		// The commit may have gone through (a reply lost) or not: the attempt ends either way.
-		return Claim{}, wait, join(ib.fail(ctx, rec, msg, OutcomeFailed, wait, err), tx.Rollback(ctx), ib.endAttempt(ctx, rec))
+		return Claim{}, wait, contract.Join(ib.fail(ctx, rec, msg, OutcomeFailed, wait, err), tx.Rollback(ctx), ib.endAttempt(ctx, rec))
 	}
 	if joined != nil { // the owner commits: the inbox's part of the attempt ended cleanly
 		if err := ib.endAttempt(ctx, rec); err != nil {
 			ib.cfg.Logger.Error("inbox: could not end the attempt of a joined transaction", err, watermill.LogFields{"consumer": rec.Consumer, "key": rec.Key})
 		}
-	} else if rec.pos == nil {
+	} else if rec.Position == nil {
 		ib.recent.add(ctx, rec)
 	}
 	ib.observe(ctx, rec, msg, OutcomeProcessed, wait, nil)
@@ -97,7 +99,7 @@ func (ib *Inbox) process(ctx context.Context, rec Record, msg *message.Message, 
 func (ib *Inbox) rollback(ctx context.Context, rec Record, tx Tx) error {
 	err := tx.Rollback(ctx)
 	if err != nil {
-		err = join(err, ib.endAttempt(ctx, rec))
+		err = contract.Join(err, ib.endAttempt(ctx, rec))
 	}
 	return err
 }
@@ -126,7 +128,7 @@ func (ib *Inbox) fail(ctx context.Context, rec Record, msg *message.Message, out
 	if ctx.Err() != nil {
 		cause := context.Cause(ctx)
 		if !errors.Is(err, cause) {
-			err = join(err, cause)
+			err = contract.Join(err, cause)
 		}
 		if errors.Is(cause, ErrContended) {
 			what += fmt.Sprintf(": the caller stopped waiting for the key (%v), so the message is nacked and comes again", cause)
@@ -139,7 +141,7 @@ func (ib *Inbox) fail(ctx context.Context, rec Record, msg *message.Message, out
 	if outcome == OutcomeFailed {
 		outcome = failedOutcome(err)
 	}
-	err = wrap(what, err)
+	err = contract.Wrap(what, err)
 	ib.observe(ctx, rec, msg, outcome, claimWait, err)
 	return err
 }

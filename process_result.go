@@ -7,6 +7,8 @@ import (
 	"fmt"
 
 	"github.com/ThreeDotsLabs/watermill"
+
+	"github.com/watermill-inbox/inbox/internal/contract"
 )
 
 // Result is what ProcessResult did with one key.
@@ -46,7 +48,7 @@ func (ib *Inbox) ProcessResult(ctx context.Context, consumer, key string, finger
 	if key == "" {
 		return Result{}, fmt.Errorf("inbox: consumer %q: %w: the key is empty", consumer, ErrNoKey)
 	}
-	rec := Record{Consumer: consumer, Key: storableKey(key), Fingerprint: fingerprint}
+	rec := Record{Consumer: consumer, Key: contract.StorableKey(key), Fingerprint: fingerprint}
 	var output []byte
 	claim, wait, err := ib.process(ctx, rec, nil, func(ctx context.Context) ([]byte, error) {
 		var err error
@@ -82,7 +84,7 @@ func (ib *Inbox) ProcessResult(ctx context.Context, consumer, key string, finger
 	ib.observe(ctx, rec, nil, OutcomeMismatch, wait, nil)
 	switch ib.cfg.OnMismatch {
 	case Fail:
-		return Result{}, fmt.Errorf("inbox: consumer %q key %q: %w", consumer, rec.Key, join(ErrDuplicate, ErrFingerprintMismatch))
+		return Result{}, fmt.Errorf("inbox: consumer %q key %q: %w", consumer, rec.Key, contract.Join(ErrDuplicate, ErrFingerprintMismatch))
 	case Skip:
 		res.Output = nil
 	}

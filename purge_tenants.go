@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+
+	"github.com/watermill-inbox/inbox/internal/contract"
 )
 
 // TenantPurge is what a purge across tenants did in one tenant.
@@ -84,7 +86,7 @@ func purgeErr(purges []TenantPurge) error {
 	for _, p := range purges {
 		errs = append(errs, p.Err)
 	}
-	return join(errs...)
+	return contract.Join(errs...)
 }
 
 // routesTenants returns store as a TenantStore when an operation on it must run on

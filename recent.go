@@ -3,14 +3,9 @@ package inbox
 import (
 	"context"
 	"sync"
-)
 
-// storedReader is a store that reads a key's stored row outside any transaction, in one
-// round trip: what a committed key's duplicate gets. found is false when no row is
-// committed for the key (never processed, forgotten, purged, or still in flight).
-type storedReader interface {
-	readStored(ctx context.Context, rec Record) (claim Claim, found bool, err error)
-}
+	"github.com/watermill-inbox/inbox/internal/contract"
+)
 
 // recentKeys remembers the last keys an Inbox committed or found committed
 // (Config.RecentKeys), as hints: a key it holds is read before it is claimed. It never
@@ -30,7 +25,7 @@ type recentKey struct{ tenant, consumer, key string }
 // newRecentKeys returns the hints for cfg's store, nil when turned off or when the store
 // cannot read a stored row on its own.
 func newRecentKeys(cfg Config) *recentKeys {
-	if _, ok := cfg.Store.(storedReader); !ok || cfg.RecentKeys <= 0 {
+	if _, ok := cfg.Store.(contract.StoredReader); !ok || cfg.RecentKeys <= 0 {
 		return nil
 	}
 	return &recentKeys{keys: make(map[recentKey]struct{}, cfg.RecentKeys), ring: make([]recentKey, cfg.RecentKeys)}
@@ -104,7 +99,7 @@ func (ib *Inbox) readFirst(ctx context.Context, rec Record) (Claim, bool) {
 	if ib.reader == nil || !(ib.recent.has(ctx, rec) || replayHinted(ctx)) {
 		return Claim{}, false
 	}
-	claim, found, err := ib.reader.readStored(ctx, rec)
+	claim, found, err := ib.reader.ReadStored(ctx, rec)
 	if err != nil || !found {
 		return Claim{}, false
 	}

@@ -2,332 +2,47 @@ package inbox
 
 import (
 	"context"
-	"database/sql"
-	"errors"
-	"fmt"
-	"sync"
-	"sync/atomic"
-	"time"
 
-	"github.com/go-sql-driver/mysql"
+	"github.com/watermill-inbox/inbox/internal/sqlstore"
+	"github.com/watermill-inbox/inbox/mysqlstore"
 )
 
-// MySQLConfig configures a MySQLStore.
-type MySQLConfig struct {
-	// Table is the inbox table; the store also uses <Table>_attempts. Create both with
-	// schema/mysql.sql or CreateSchema. Defaults to "inbox".
-	Table string
+// The MySQL store's entry points. The store lives in package mysqlstore; these names
+// are that package's, under the names this package has always given them.
 
-	// Isolation is the isolation level of the transactions the store begins. Defaults to
-	// sql.LevelDefault, which the store takes as READ COMMITTED (InnoDB's own default is
-	// REPEATABLE READ).
-	Isolation sql.IsolationLevel
+// SQLDB is what the database/sql stores (SQLPostgresStore, MySQLStore, sqlitestore)
+// need of a database. *sql.DB satisfies it, and so does *sql.Conn (which serves one
+// message at a time).
+type SQLDB = sqlstore.DB
 
-	// SessionIsolation begins the transactions without setting an isolation level, so
-	// they run at the session's (REPEATABLE READ unless the server or the DSN says
-	// otherwise). That saves the round trip database/sql spends on SET TRANSACTION
-	// ISOLATION LEVEL before every BEGIN (measured on MariaDB: a plain transaction that
-	// sets READ COMMITTED runs at 0.905 of one that does not). InnoDB judges duplicates
-	// the same at either level: the insert waits on the key's index entry, and the
-	// stored row is read with a locking read, which sees the latest committed version.
-	// Your handler's own statements then run at the session's level. It cannot be
-	// combined with Isolation. Defaults to false.
-	SessionIsolation bool
+// MySQLConfig configures a MySQLStore (see mysqlstore.Config).
+type MySQLConfig = mysqlstore.Config
 
-	// LockTimeout bounds how long a claim waits on a concurrent duplicate's transaction:
-	// innodb_lock_wait_timeout, which counts whole seconds, so it is rounded up to the
-	// next second. It applies to the inbox statement only: on MariaDB through SET
-	// STATEMENT ... FOR; on MySQL it is set on the session and restored after the
-	// insert, on every path (the store's transaction outlives a cancelled message
-	// context, and a statement the driver abandons closes its connection). In a
-	// transaction the inbox joins on MySQL, an owner whose context ends while the claim
-	// runs makes database/sql roll back under it: the value then stays on that
-	// connection until the next claim there restores it. When it expires the claim fails with ErrContended and the message comes
-	// again. Defaults to 0: wait as long as the server's innodb_lock_wait_timeout allows
-	// (50 s unless configured).
-	LockTimeout time.Duration
+// MySQLStore is a Store on MySQL 8+, MariaDB 10.11+, Vitess or TiDB through
+// database/sql and go-sql-driver/mysql (see mysqlstore.Store). Handlers get a *sql.Tx
+// from TxFromContext.
+type MySQLStore = mysqlstore.Store
 
-	// Engine is the server behind the DSN: MySQLVitess or MySQLTiDB adapt the store to
-	// what they do differently (see MySQLEngine). Defaults to MySQLInnoDB.
-	Engine MySQLEngine
+// NewMySQLStore returns a MySQLStore over db. It checks the config but not the
+// database; New verifies the tables.
+func NewMySQLStore(db SQLDB, cfg MySQLConfig) (*MySQLStore, error) { return mysqlstore.New(db, cfg) }
 
-	// AllowBestEffortCommit lets New accept, on MySQLVitess, a vtgate whose
-	// transaction_mode is MULTI. A transaction there that spans shards commits shard
-	// after shard, and a failure in between commits the key without the handler's
-	// writes (the message is lost) or the writes without the key (applied twice):
-	// docs/distributed-sql.md shows it. Set it only when every handler writes to the
-	// key's shard alone. Defaults to false.
-	AllowBestEffortCommit bool
-}
+// MySQLEngine is the server behind a MySQLStore (see mysqlstore.Engine).
+type MySQLEngine = mysqlstore.Engine
 
-// MySQLStore is a Store on MySQL 8+ or MariaDB 10.11+ (InnoDB) through database/sql, with
-// the driver github.com/go-sql-driver/mysql. Handlers get a *sql.Tx from TxFromContext.
-//
-// Your methods: CreateSchema (or run schema/mysql.sql), Forget, Stats, UnfinishedAttempts
-// and NeighbourConsumers; purge with inbox.Purge or inbox.PurgeEvery. The others (Claim,
-// ClaimIn, PurgeBatch, Verify and the attempt methods) are the rest of Store, the
-// contract between the inbox and its stores: the inbox calls them, not you.
-//
-// database/sql rolls the transaction back by itself when the message context is
-// cancelled; the commit then fails with the context's error.
-//
-// It works with any DSN of that driver: it needs neither parseTime, multiStatements nor
-// a particular clientFoundRows, time zone or collation.
-//
-// Over a *sql.DB, the key's INSERT is a statement prepared once per connection: without
-// interpolateParams in the DSN the driver would otherwise prepare, execute and close it
-// each time, two round trips instead of one.
-type MySQLStore struct {
-	db  SQLDB
-	cfg MySQLConfig
-	sql mysqlQueries
-
-	prepareMu  sync.Mutex
-	insertStmt atomic.Pointer[sql.Stmt] // nil until prepared
-
-	// server is what the server said of itself, asked once, when LockTimeout or
-	// output needs it.
-	serverMu sync.Mutex
-	server   atomic.Pointer[mysqlServer]
-	// setOutputStmt and storedStmt are prepared with insertStmt, when it is: a stored
-	// output (inboxhttp, produced messages) and a duplicate's read then cost one round
-	// trip each instead of a prepare, an execute and a close.
-	setOutputStmt, storedStmt atomic.Pointer[sql.Stmt]
-	// committedStmt is prepared with them: a remembered key's read (Config.RecentKeys).
-	committedStmt atomic.Pointer[sql.Stmt]
-	// session is what the first claim found the session's isolation level to be
-	// (sessionUnknown until then): at READ COMMITTED already, the store's transactions
-	// begin without SET TRANSACTION (see beginIsolation).
-	session atomic.Int32
-}
-
-var _ Store = (*MySQLStore)(nil)
-
-type mysqlQueries struct {
-	insert, stored, setOutput                   string
-	committed                                   string // the stored row, read outside a transaction
-	forgetAttempts, forget, purgeAttempts       string
-	purge, stats, verify, lockSet, lockRestored string
-	insertBounded                               string
-	purgeOne, purgeOneAttempt                   string // MySQLVitess
-	attempts                                    mysqlAttemptQueries
-}
-
-// mysqlTimeFormat is how the store writes and reads its DATETIME(6) columns, in UTC, so
-// that neither the session time zone nor the DSN's parseTime and loc matter.
-const mysqlTimeFormat = "2006-01-02 15:04:05.999999"
-
-// Error numbers of MySQL and MariaDB the store classifies.
+// The engines of MySQLConfig.Engine.
 const (
-	mysqlDuplicateEntry   = 1062 // ER_DUP_ENTRY
-	mysqlLockWaitTimeout  = 1205 // ER_LOCK_WAIT_TIMEOUT
-	mysqlDeadlock         = 1213 // ER_LOCK_DEADLOCK
-	mysqlLockNowait       = 3572 // ER_LOCK_NOWAIT (MySQL)
-	mysqlRollbackOnCommit = 3101 // ER_TRANSACTION_ROLLBACK_DURING_COMMIT: a Group Replication conflict
-	mysqlNoSuchTable      = 1146 // ER_NO_SUCH_TABLE
-	mysqlBadField         = 1054 // ER_BAD_FIELD_ERROR
-	mysqlSerializationSQL = "40001"
+	MySQLInnoDB = mysqlstore.InnoDB // MySQL 8+ or MariaDB 10.11+ with InnoDB tables
+	MySQLVitess = mysqlstore.Vitess // a vtgate of Vitess 0.24+ in front of a sharded keyspace
+	MySQLTiDB   = mysqlstore.TiDB   // TiDB 8+ in its default pessimistic transaction mode
 )
 
-// NewMySQLStore returns a MySQLStore over db, a *sql.DB opened with the "mysql" driver.
-// It checks the config but not the database; New verifies the tables.
-func NewMySQLStore(db SQLDB, cfg MySQLConfig) (*MySQLStore, error) {
-	if db == nil {
-		return nil, errors.New("inbox: invalid store config: db is nil: pass a *sql.DB opened with the \"mysql\" driver")
-	}
-	if cfg.Table == "" {
-		cfg.Table = DefaultTable
-	}
-	if err := validateTable(cfg.Table); err != nil {
-		return nil, fmt.Errorf("inbox: invalid store config: %w", err)
-	}
-	if err := cfg.checkEngine(); err != nil {
-		return nil, fmt.Errorf("inbox: invalid store config: %w", err)
-	}
-	switch {
-	case cfg.SessionIsolation && cfg.Isolation != sql.LevelDefault:
-		return nil, fmt.Errorf("inbox: invalid store config: Isolation is %v and SessionIsolation is set: choose one", cfg.Isolation)
-	case cfg.SessionIsolation, cfg.Engine == MySQLVitess:
-		// sql.LevelDefault: BeginTx sends no SET TRANSACTION.
-	case cfg.Isolation == sql.LevelDefault:
-		cfg.Isolation = sql.LevelReadCommitted
-	}
-	if cfg.LockTimeout < 0 {
-		return nil, fmt.Errorf("inbox: invalid store config: LockTimeout is %v: use 0 for no bound, or a positive duration", cfg.LockTimeout)
-	}
-	t := "`" + cfg.Table + "`"
-	a := "`" + cfg.Table + "_attempts`"
-	where := " WHERE `consumer` = ? AND `key` = ?"
-	// innodb_lock_wait_timeout counts whole seconds, at least 1.
-	seconds := int64((cfg.LockTimeout + time.Second - 1) / time.Second)
-	s := &MySQLStore{db: db, cfg: cfg, sql: mysqlQueries{
-		insert: "INSERT INTO " + t + " (`consumer`, `key`, `fingerprint`) VALUES (?, ?, ?)",
-		// A locking read sees the latest committed row whatever the isolation level; the
-		// duplicate-key check holds a shared lock on it already.
-		stored:    "SELECT `fingerprint`, `output` FROM " + t + where + " LOCK IN SHARE MODE",
-		setOutput: "UPDATE " + t + " SET `output` = ?" + where,
-		// Outside a transaction a plain read sees the latest committed row.
-		committed:      "SELECT `fingerprint`, `output` FROM " + t + where,
-		attempts:       newMySQLAttemptQueries(cfg.Engine, a),
-		forgetAttempts: "DELETE FROM " + a + where,
-		forget:         "DELETE FROM " + t + where,
-		purgeAttempts:  "DELETE FROM " + a + " WHERE `started_at` < ? ORDER BY `started_at` LIMIT ?",
-		purge:          "DELETE FROM " + t + " WHERE `processed_at` < ? ORDER BY `processed_at` LIMIT ?",
-		stats:          "SELECT `consumer`, COUNT(*), DATE_FORMAT(MIN(`processed_at`), '%Y-%m-%d %H:%i:%s.%f') FROM " + t + " GROUP BY `consumer` ORDER BY `consumer`",
-		verify: "SELECT (SELECT COUNT(*) FROM (SELECT `consumer`, `key`, `processed_at`, `fingerprint`, `output` FROM " + t + " LIMIT 0) i)" +
-			" + (SELECT COUNT(*) FROM (SELECT `consumer`, `key`, `attempt`, `started_at` FROM " + a + " LIMIT 0) a)",
-		// MariaDB's SET STATEMENT ... FOR does not exist in MySQL, and MySQL's SET_VAR hint
-		// refuses innodb_lock_wait_timeout (warning 3637): so a session SET and a restore
-		// after the insert. The value in force is saved in a user variable, which the
-		// restore clears: a value still saved is one a skipped restore left, and the next
-		// claim on that connection restores it instead of saving its own.
-		lockSet:      fmt.Sprintf("SET @inbox_lock_wait_timeout = CAST(COALESCE(@inbox_lock_wait_timeout, @@SESSION.innodb_lock_wait_timeout) AS UNSIGNED), SESSION innodb_lock_wait_timeout = %d", seconds),
-		lockRestored: "SET SESSION innodb_lock_wait_timeout = COALESCE(@inbox_lock_wait_timeout, @@SESSION.innodb_lock_wait_timeout), @inbox_lock_wait_timeout = NULL",
-		// MariaDB's statement-scoped form leaves the session untouched on every path.
-		insertBounded: fmt.Sprintf("SET STATEMENT innodb_lock_wait_timeout = %d FOR ", seconds) +
-			"INSERT INTO " + t + " (`consumer`, `key`, `fingerprint`) VALUES (?, ?, ?)",
-	}}
-	s.sql.forEngine(cfg.Engine, t, a)
-	return s, nil
+// MySQLEngineOf returns the engine the server behind db says it is.
+func MySQLEngineOf(ctx context.Context, db SQLDB) (MySQLEngine, error) {
+	return mysqlstore.EngineOf(ctx, db)
 }
 
-// CreateSchema creates the store's tables if they do not exist, with the DDL of
-// schema/mysql.sql, for users who do not run a migration tool. It runs the statements one
-// by one, so the DSN needs no multiStatements.
-func (s *MySQLStore) CreateSchema(ctx context.Context) error {
-	ddl, err := mysqlSchemaFor(s.cfg.Engine, s.cfg.Table)
-	if err != nil {
-		return err
-	}
-	if err := s.checkServerEngine(ctx); err != nil {
-		return err
-	}
-	if err := dropOldAttempts("`"+s.cfg.Table+"_attempts`", func(q string) error {
-		_, err := s.db.ExecContext(ctx, q)
-		return err
-	}); err != nil {
-		return err
-	}
-	for _, stmt := range sqlStatements(ddl) {
-		if _, err := s.db.ExecContext(ctx, stmt); err != nil {
-			return fmt.Errorf("inbox: creating the schema: %w", err)
-		}
-	}
-	return s.createEngineSchema(ctx)
-}
-
-// Forget implements Store.
-func (s *MySQLStore) Forget(ctx context.Context, consumer, key string) (bool, error) {
-	key = storableKey(key)
-	var n int64
-	err := s.inTx(ctx, s.db, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, s.sql.forgetAttempts, consumer, key); err != nil {
-			return err
-		}
-		res, err := tx.ExecContext(ctx, s.sql.forget, consumer, key)
-		if err != nil {
-			return err
-		}
-		n, err = res.RowsAffected()
-		return err
-	})
-	if err != nil {
-		return false, s.wrap("forgetting the key", err)
-	}
-	return n > 0, nil
-}
-
-// PurgeBatch implements Store, for inbox.Purge and inbox.PurgeEvery: call those.
-func (s *MySQLStore) PurgeBatch(ctx context.Context, before time.Time, limit int) (Purged, error) {
-	if s.cfg.Engine == MySQLVitess {
-		return s.purgeVitess(ctx, before, limit)
-	}
-	cutoff := before.UTC().Format(mysqlTimeFormat)
-	var n Purged
-	err := s.inTx(ctx, s.db, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, s.sql.purgeAttempts, cutoff, limit)
-		if err == nil {
-			n.Attempts, err = res.RowsAffected()
-		}
-		if err == nil {
-			res, err = tx.ExecContext(ctx, s.sql.purge, cutoff, limit)
-		}
-		if err == nil {
-			n.Keys, err = res.RowsAffected()
-		}
-		return err
-	})
-	if err != nil {
-		return Purged{}, s.wrap("purging", err)
-	}
-	return n, nil
-}
-
-// Stats implements Store.
-func (s *MySQLStore) Stats(ctx context.Context) ([]ConsumerStats, error) {
-	rows, err := s.db.QueryContext(ctx, s.sql.stats)
-	if err != nil {
-		return nil, s.wrap("reading stats", err)
-	}
-	defer rows.Close()
-	var stats []ConsumerStats
-	for rows.Next() {
-		var c ConsumerStats
-		var oldest string
-		if err := rows.Scan(&c.Consumer, &c.Keys, &oldest); err != nil {
-			return nil, s.wrap("reading stats", err)
-		}
-		if c.Oldest, err = time.Parse(mysqlTimeFormat, oldest); err != nil {
-			return nil, s.wrap("reading stats", err)
-		}
-		stats = append(stats, c)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, s.wrap("reading stats", err)
-	}
-	return stats, nil
-}
-
-// Verify implements Store, for the inbox (not for you).
-func (s *MySQLStore) Verify(ctx context.Context) error {
-	if err := s.verifyEngine(ctx); err != nil {
-		return err
-	}
-	var n int
-	if err := s.db.QueryRowContext(ctx, s.sql.verify).Scan(&n); err != nil {
-		return s.wrap("checking the tables", err)
-	}
-	return nil
-}
-
-// inTx runs fn in a short transaction of the store's own, on db, at READ COMMITTED
-// (where the engine allows choosing).
-func (s *MySQLStore) inTx(ctx context.Context, db SQLDB, fn func(tx *sql.Tx) error) error {
-	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: s.known(s.ownIsolation())})
-	if err != nil {
-		return err
-	}
-	if err := fn(tx); err != nil {
-		return join(err, rollbackSQL(tx))
-	}
-	return tx.Commit()
-}
-
-// wrap names what failed and classifies MySQL's and MariaDB's own error numbers.
-func (s *MySQLStore) wrap(doing string, err error) error {
-	var myErr *mysql.MySQLError
-	if errors.As(err, &myErr) {
-		switch {
-		case myErr.Number == mysqlDeadlock, myErr.Number == mysqlLockWaitTimeout, myErr.Number == mysqlLockNowait,
-			myErr.Number == mysqlRollbackOnCommit, string(myErr.SQLState[:]) == mysqlSerializationSQL,
-			myErr.Number == tidbWriteConflict, myErr.Number == tidbRetryable:
-			return fmt.Errorf("inbox: %s: %w: %w", doing, ErrContended, err)
-		case s.tidbLockRetries(myErr):
-			return fmt.Errorf("inbox: %s: %w: TiDB retried the statement as long as it allows (pessimistic-txn.max-retry-count): %w", doing, ErrContended, err)
-		case myErr.Number == mysqlNoSuchTable, myErr.Number == mysqlBadField:
-			return fmt.Errorf("inbox: %s: %w: table %q or %q is missing or outdated: run schema/mysql.sql, `inbox schema mysql`, or (*MySQLStore).CreateSchema: %w",
-				doing, ErrNoTable, s.cfg.Table, s.cfg.Table+"_attempts", err)
-		}
-	}
-	return fmt.Errorf("inbox: %s: %w", doing, err)
-}
+// MySQLSchema returns the MySQL and MariaDB DDL (schema/mysql.sql) for an inbox table
+// named table. It holds several statements: run them one by one, or with a connection
+// that allows multiStatements.
+func MySQLSchema(table string) (string, error) { return mysqlstore.Schema(table) }

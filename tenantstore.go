@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/watermill-inbox/inbox/internal/contract"
 )
 
 // TenantConfig configures a TenantStore.
@@ -142,7 +144,7 @@ func (s *TenantStore) use(ctx context.Context, what string) (*tenantEntry, error
 // get returns tenant's entry, opened, with a reference taken.
 func (s *TenantStore) get(ctx context.Context, tenant string) (*tenantEntry, error) {
 	if err := checkTenant(tenant); err != nil {
-		return nil, wrap(fmt.Sprintf("tenant %q", tenant), err)
+		return nil, contract.Wrap(fmt.Sprintf("tenant %q", tenant), err)
 	}
 	for {
 		s.mu.RLock()
@@ -208,7 +210,7 @@ func (s *TenantStore) lookup(ctx context.Context, e *tenantEntry) {
 		if !errors.Is(err, ErrUnknownTenant) {
 			err = fmt.Errorf("opening its store (TenantConfig.Lookup; the next call tries again): %w", err)
 		}
-		e.err = wrap(fmt.Sprintf("tenant %q", e.name), err)
+		e.err = contract.Wrap(fmt.Sprintf("tenant %q", e.name), err)
 		s.mu.Lock()
 		if s.tenants[e.name] == e {
 			delete(s.tenants, e.name)

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+
+	"github.com/watermill-inbox/inbox/internal/contract"
 )
 
 // Operations across tenants: every tenant TenantConfig.Tenants lists, at most
@@ -28,7 +30,7 @@ func (s *TenantStore) ForEachTenant(ctx context.Context, fn func(ctx context.Con
 	for _, r := range results {
 		errs = append(errs, r.err)
 	}
-	return join(errs...)
+	return contract.Join(errs...)
 }
 
 // tenantResult is what an operation did in one tenant.
@@ -57,7 +59,7 @@ func (s *TenantStore) each(ctx context.Context, fn func(ctx context.Context, ten
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
-			results[i].err = wrap(fmt.Sprintf("tenant %q", tenant), fmt.Errorf("not reached: %w", context.Cause(ctx)))
+			results[i].err = contract.Wrap(fmt.Sprintf("tenant %q", tenant), fmt.Errorf("not reached: %w", context.Cause(ctx)))
 			continue
 		}
 		wg.Add(1)

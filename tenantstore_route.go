@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/watermill-inbox/inbox/internal/contract"
 )
 
 // The Store methods of TenantStore: each finds the tenant in ctx, takes a reference on
@@ -32,20 +34,20 @@ func (s *TenantStore) ClaimIn(ctx context.Context, tx any, rec Record) (Claim, e
 	return e.hold(claim, err)
 }
 
-// readStored implements storedReader on the store of the tenant in ctx, when that store
+// ReadStored implements storedReader on the store of the tenant in ctx, when that store
 // reads a stored row on its own (PostgreSQL, MySQL); for another (SQLite, Redis) found is
 // false, and the claim decides.
-func (s *TenantStore) readStored(ctx context.Context, rec Record) (Claim, bool, error) {
+func (s *TenantStore) ReadStored(ctx context.Context, rec Record) (Claim, bool, error) {
 	e, err := s.use(ctx, "reading the stored key")
 	if err != nil {
 		return Claim{}, false, err
 	}
 	defer e.inFlight.Done()
-	r, ok := e.t.Store.(storedReader)
+	r, ok := e.t.Store.(contract.StoredReader)
 	if !ok {
 		return Claim{}, false, nil
 	}
-	claim, found, err := r.readStored(ctx, rec)
+	claim, found, err := r.ReadStored(ctx, rec)
 	return claim, found, e.wrap(err)
 }
 
@@ -211,7 +213,7 @@ func (e *tenantEntry) wrap(err error) error {
 	if err == nil {
 		return nil
 	}
-	return wrap(fmt.Sprintf("tenant %q", e.name), err)
+	return contract.Wrap(fmt.Sprintf("tenant %q", e.name), err)
 }
 
 // tenantTx is a tenant store's transaction, holding a reference on the store until it

@@ -6,12 +6,11 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/watermill-inbox/inbox/internal/contract"
 )
 
-type (
-	txContextKey    struct{}
-	claimContextKey struct{}
-)
+type claimContextKey struct{}
 
 // ContextWithTx returns a copy of ctx that carries tx. The middleware uses it to hand its
 // transaction to the handler. Use it in tests to run a handler against a transaction of
@@ -21,7 +20,7 @@ type (
 // carries: the inbox then begins its own (inboxhttp does, since it must commit before
 // it answers).
 func ContextWithTx(ctx context.Context, tx any) context.Context {
-	return context.WithValue(ctx, txContextKey{}, tx)
+	return contract.ContextWithTx(ctx, tx)
 }
 
 // TxFromContext returns the inbox transaction carried by ctx, if it is a T: pgx.Tx with
@@ -37,7 +36,7 @@ func ContextWithTx(ctx context.Context, tx any) context.Context {
 // middleware commits when the handler returns nil, and rolls back when it returns an
 // error or panics. A handler that ends it anyway makes the middleware return ErrTxDone.
 func TxFromContext[T any](ctx context.Context) (T, bool) {
-	tx, ok := ctx.Value(txContextKey{}).(T)
+	tx, ok := contract.TxFromContext(ctx).(T)
 	return tx, ok
 }
 
@@ -52,7 +51,7 @@ func TxFromContext[T any](ctx context.Context) (T, bool) {
 //		return nil, err
 //	}
 func RequireTx[T any](ctx context.Context) (T, error) {
-	held := txFromContext(ctx)
+	held := contract.TxFromContext(ctx)
 	if tx, ok := held.(T); ok {
 		return tx, nil
 	}
@@ -71,10 +70,6 @@ func txTypeName(tx any) string {
 		return "pgx.Tx"
 	}
 	return fmt.Sprintf("%T", tx)
-}
-
-func txFromContext(ctx context.Context) any {
-	return ctx.Value(txContextKey{})
 }
 
 // ClaimFromContext returns the key the inbox claimed for the message or call being

@@ -1,4 +1,4 @@
-package inbox
+package postgresstore
 
 import (
 	"context"
@@ -12,24 +12,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/watermill-inbox/inbox/internal/contract"
+	"github.com/watermill-inbox/inbox/internal/sqlstore"
 )
-
-// A connection pooler in transaction mode (PgBouncer's usual pool_mode) between pgx and
-// PostgreSQL runs each transaction of a client connection on whichever server connection
-// is free. Session state does not follow the client: pgx's statement cache (its default
-// mode) prepares named statements on one server connection and finds them missing on
-// the next (26000), or finds them prepared there by another client (42P05). The stores
-// use no other session state: settings are set for the transaction only. See ADR 93.
-
-// ErrStatementCache means pgx's statement cache (default_query_exec_mode=cache_statement,
-// pgx's default, also under database/sql's "pgx" driver) meets a pooler that moves a
-// client's transactions between server connections, such as PgBouncer in transaction
-// mode: prepared statements fail there. New finds it when the pooler is visible, and a
-// store call that fails with such an error wraps it. Add default_query_exec_mode=exec
-// (or cache_describe, or simple_protocol) to the DSN. It is transient for a message: a
-// fault of the deployment, not of the message, so a failed message is nacked and
-// processed once the DSN is fixed, never sent to a poison queue.
-var ErrStatementCache = errors.New("pgx's statement cache behind a transaction pooler")
 
 // statementCacheFix says what to change, in the errors wrapping ErrStatementCache.
 const statementCacheFix = "a pooler in transaction mode (PgBouncer) runs each transaction on any server connection," +
@@ -68,7 +54,7 @@ func pgxStatementCache(db PgxDB) bool {
 // sqlStatementCache is pgxStatementCache for a *sql.DB or *sql.Conn: true on pgx's stdlib
 // driver in its statement cache mode. A *sql.DB lends one of its connections to be
 // asked.
-func sqlStatementCache(ctx context.Context, db SQLDB) (bool, error) {
+func sqlStatementCache(ctx context.Context, db sqlstore.DB) (bool, error) {
 	conn, ok := db.(*sql.Conn)
 	if pool, isPool := db.(*sql.DB); isPool {
 		c, err := pool.Conn(ctx)
@@ -153,35 +139,16 @@ func backendPID(ctx context.Context, conn *pgconn.PgConn, query string, i int) (
 	return uint32(pid), nil
 }
 
-// ErrAttemptsBehindPooler means MaxAttempts meets a pooler that moves a client's
-// transactions between server connections (PgBouncer in transaction mode). An attempt
-// holds a session lock from its start to its end (ADR 60), and such a pooler lends the
-// session out between the client's transactions: the lock stays with a server connection
-// other clients then use, so a clean end cannot release it (locks leak) and an attempt
-// that crashed looks alive for as long as that server connection lives (MaxAttempts never
-// refuses the message). Measured on PgBouncer 1.18 (ADR 96). New refuses MaxAttempts on
-// such a store, and a claim that carries an attempt (a tenant's store, which New never
-// saw) fails with it: set MaxAttempts to 0 for the consumers behind the pooler, or give
-// their store a connection to PostgreSQL directly (or through a pooler in session mode).
-// It is transient for a message: a fault of the deployment, not of the message.
-var ErrAttemptsBehindPooler = errors.New("MaxAttempts behind a transaction pooler")
-
 // attemptsPoolerFix says what to change, in the errors wrapping ErrAttemptsBehindPooler.
 const attemptsPoolerFix = "an attempt holds a session lock from its start to its end, and a pooler in transaction mode (PgBouncer)" +
 	" lends that session to other clients between transactions, so crashed attempts would look alive and locks would leak:" +
 	" set Config.MaxAttempts to 0 for this store, or connect the store to PostgreSQL directly (or through a pooler in session mode)"
 
-// errProbeFailed marks the error of a pooler probe that could not finish.
-var errProbeFailed = errors.New("pooler probe failed")
-
 // probeFailed wraps the error of a pooler probe that could not finish (a connection
 // failed): nothing was decided, the next call probes again, and the error is transient.
 func probeFailed(err error) error {
-	return &chainError{
-		msg: prefix + "checking whether the connection goes through a pooler that moves transactions: " + bare(err) +
-			" (nothing was decided: the next try checks again)",
-		errs: []error{err, errProbeFailed},
-	}
+	return contract.Chain("checking whether the connection goes through a pooler that moves transactions: "+contract.Bare(err)+
+		" (nothing was decided: the next try checks again)", err, contract.ErrProbeFailed)
 }
 
 // poolerCheck remembers whether a store's handle reaches PostgreSQL through a pooler
@@ -215,7 +182,7 @@ func (c *poolerCheck) movesTransactions(ctx context.Context) (bool, error) {
 func (c *poolerCheck) attempts(ctx context.Context) error {
 	moves, err := c.movesTransactions(ctx)
 	if err == nil && moves {
-		err = fmt.Errorf("%w: %s", ErrAttemptsBehindPooler, attemptsPoolerFix)
+		err = fmt.Errorf("%w: %s", contract.ErrAttemptsBehindPooler, attemptsPoolerFix)
 	}
 	return err
 }
@@ -229,7 +196,7 @@ func (c *poolerCheck) statementCache(ctx context.Context, cached bool) error {
 	}
 	moves, err := c.movesTransactions(ctx)
 	if err == nil && moves {
-		err = fmt.Errorf("inbox: %w: %s", ErrStatementCache, statementCacheFix)
+		err = fmt.Errorf("inbox: %w: %s", contract.ErrStatementCache, statementCacheFix)
 	}
 	return err
 }
@@ -237,7 +204,7 @@ func (c *poolerCheck) statementCache(ctx context.Context, cached bool) error {
 // claim is attempts for a claim that carries an attempt.
 func (c *poolerCheck) claim(ctx context.Context) error {
 	if err := c.attempts(ctx); err != nil {
-		return wrap("counting attempts (Config.MaxAttempts)", err)
+		return contract.Wrap("counting attempts (Config.MaxAttempts)", err)
 	}
 	return nil
 }
@@ -280,7 +247,7 @@ func connMovesTransactions(ctx context.Context, conn *pgx.Conn) (bool, error) {
 // backend pid that changes, or a second client given the first's server connection,
 // while the first holds none); a *sql.Conn on another driver cannot be probed, and
 // passes.
-func sqlMovesTransactions(db SQLDB) func(ctx context.Context) (bool, error) {
+func sqlMovesTransactions(db sqlstore.DB) func(ctx context.Context) (bool, error) {
 	return func(ctx context.Context) (moves bool, err error) {
 		pool, isPool := db.(*sql.DB)
 		if !isPool {

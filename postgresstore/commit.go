@@ -1,4 +1,4 @@
-package inbox
+package postgresstore
 
 import (
 	"context"
@@ -7,13 +7,15 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/watermill-inbox/inbox/internal/contract"
 )
 
 // pgxInboxTx is the transaction of a claimed key.
 type pgxInboxTx struct {
 	tx     pgx.Tx
-	store  *PostgresStore
-	rec    Record
+	store  *Store
+	rec    contract.Record
 	joined bool
 	// release gives the connection the store holds for the transaction (a folded claim,
 	// an attempt's) back once the transaction ended; nil otherwise.
@@ -31,11 +33,11 @@ func (t *pgxInboxTx) commitBatch(ctx context.Context, output []byte) error {
 	defer t.done()
 	conn := t.tx.Conn()
 	if conn.PgConn().TxStatus() == 'I' { // the handler ended the transaction itself
-		err := fmt.Errorf("inbox: storing the produced messages: %w", ErrTxDone)
+		err := fmt.Errorf("inbox: storing the produced messages: %w", contract.ErrTxDone)
 		if t.rec.Attempt != "" {
-			return join(err, t.store.releasePgx(ctx, conn, t.rec, true))
+			return contract.Join(err, t.store.releasePgx(ctx, conn, t.rec, true))
 		}
-		return join(err, rollbackPgx(ctx, t.tx))
+		return contract.Join(err, rollbackPgx(ctx, t.tx))
 	}
 	batch := &pgx.Batch{}
 	if output != nil {
@@ -66,9 +68,9 @@ func (t *pgxInboxTx) commitBatch(ctx context.Context, output []byte) error {
 	if err != nil {
 		err = t.store.wrap("storing the output and committing", err)
 		if t.rec.Attempt != "" { // rolled back, or not known: a clean end, or EndAttempt's
-			return join(err, t.store.releasePgx(ctx, conn, t.rec, true))
+			return contract.Join(err, t.store.releasePgx(ctx, conn, t.rec, true))
 		}
-		return join(err, rollbackPgx(ctx, t.tx))
+		return contract.Join(err, rollbackPgx(ctx, t.tx))
 	}
 	return nil
 }
@@ -129,7 +131,7 @@ func (t *pgxInboxTx) done() {
 
 func (t *pgxInboxTx) ended(doing string, err error) error {
 	if errors.Is(err, pgx.ErrTxClosed) {
-		return fmt.Errorf("inbox: %s: %w", doing, ErrTxDone)
+		return fmt.Errorf("inbox: %s: %w", doing, contract.ErrTxDone)
 	}
 	return t.store.wrap(doing, err)
 }

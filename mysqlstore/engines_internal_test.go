@@ -1,4 +1,4 @@
-package inbox
+package mysqlstore
 
 import (
 	"encoding/json"
@@ -9,6 +9,9 @@ import (
 	"testing"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/watermill-inbox/inbox/internal/contract"
+	"github.com/watermill-inbox/inbox/internal/sqlstore"
 )
 
 // codeOf drops a statement's leading comment lines, which differ between the files.
@@ -23,15 +26,15 @@ func codeOf(stmt string) string {
 // schema/tidb.sql is schema/mysql.sql without the UTC defaults: the same statements
 // CreateSchema runs on TiDB.
 func TestTiDBSchemaFileMatchesTheStore(t *testing.T) {
-	file, err := os.ReadFile("schema/tidb.sql")
+	file, err := os.ReadFile("../schema/tidb.sql")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ddl, err := mysqlSchemaFor(MySQLTiDB, DefaultTable)
+	ddl, err := mysqlSchemaFor(TiDB, contract.DefaultTable)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, want := sqlStatements(string(file)), sqlStatements(ddl)
+	got, want := sqlstore.Statements(string(file)), sqlstore.Statements(ddl)
 	if len(got) != 3 || len(got) != len(want) {
 		t.Fatalf("schema/tidb.sql has %d statements, the store %d", len(got), len(want))
 	}
@@ -44,7 +47,7 @@ func TestTiDBSchemaFileMatchesTheStore(t *testing.T) {
 
 // schema/vitess-vschema.json shards both tables by the key, as CreateSchema does.
 func TestVitessVSchemaFileShardsByKey(t *testing.T) {
-	file, err := os.ReadFile("schema/vitess-vschema.json")
+	file, err := os.ReadFile("../schema/vitess-vschema.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +64,7 @@ func TestVitessVSchemaFileShardsByKey(t *testing.T) {
 	if !vs.Sharded || vs.Vindexes["xxhash"].Type != "xxhash" || len(vs.Tables) != 2 {
 		t.Fatalf("unexpected VSchema %+v", vs)
 	}
-	for _, name := range []string{DefaultTable, DefaultTable + "_attempts"} {
+	for _, name := range []string{contract.DefaultTable, contract.DefaultTable + "_attempts"} {
 		cv := vs.Tables[name].ColumnVindexes
 		if len(cv) != 1 || cv[0].Column != "key" || cv[0].Name != "xxhash" {
 			t.Errorf("table %q: column_vindexes %+v, want key by xxhash", name, cv)
@@ -73,15 +76,15 @@ func TestEngineOf(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
 		version string
-		want    MySQLEngine
+		want    Engine
 		ok      bool
 	}{
-		{"8.0.11-TiDB-v8.4.0-this-is-a-placeholder", MySQLTiDB, true},
-		{"5.7.25-TiDB-v7.5.1", MySQLTiDB, true},
-		{"8.4.6-Vitess", MySQLVitess, true},
-		{"8.0.40-Vitess", MySQLVitess, true},
-		{"9.7.4-2", MySQLInnoDB, false},
-		{"10.11.19-MariaDB-0+deb12u1", MySQLInnoDB, false},
+		{"8.0.11-TiDB-v8.4.0-this-is-a-placeholder", TiDB, true},
+		{"5.7.25-TiDB-v7.5.1", TiDB, true},
+		{"8.4.6-Vitess", Vitess, true},
+		{"8.0.40-Vitess", Vitess, true},
+		{"9.7.4-2", InnoDB, false},
+		{"10.11.19-MariaDB-0+deb12u1", InnoDB, false},
 	} {
 		got, ok := engineOf(tt.version)
 		if got != tt.want || ok != tt.ok {
@@ -93,15 +96,15 @@ func TestEngineOf(t *testing.T) {
 // On Vitess, which has no offset mode, CreateSchema leaves the offsets table out: the
 // statements are schema/mysql.sql's others.
 func TestVitessSchemaLeavesOutTheOffsetsTable(t *testing.T) {
-	ddl, err := mysqlSchemaFor(MySQLVitess, "orders")
+	ddl, err := mysqlSchemaFor(Vitess, "orders")
 	if err != nil {
 		t.Fatal(err)
 	}
-	all, err := MySQLSchema("orders")
+	all, err := Schema("orders")
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, want := sqlStatements(ddl), sqlStatements(all)
+	got, want := sqlstore.Statements(ddl), sqlstore.Statements(all)
 	if len(got) != 2 || len(want) != 3 || got[0] != want[0] || got[1] != want[1] || !strings.Contains(want[2], "`orders_offsets`") {
 		t.Fatalf("Vitess DDL %q, from %q", got, want)
 	}
@@ -117,18 +120,18 @@ func TestTiDBLockRetryLimitIsContention(t *testing.T) {
 	limit := &mysql.MySQLError{Number: 1105, Message: "pessimistic lock retry limit reached"}
 	other := &mysql.MySQLError{Number: 1105, Message: "runtime error: index out of range"}
 	for _, tc := range []struct {
-		engine    MySQLEngine
+		engine    Engine
 		err       error
 		contended bool
 	}{
-		{MySQLTiDB, limit, true},
-		{MySQLTiDB, fmt.Errorf("inserting: %w", limit), true},
-		{MySQLTiDB, other, false},
-		{MySQLInnoDB, limit, false},
+		{TiDB, limit, true},
+		{TiDB, fmt.Errorf("inserting: %w", limit), true},
+		{TiDB, other, false},
+		{InnoDB, limit, false},
 	} {
-		s := &MySQLStore{cfg: MySQLConfig{Engine: tc.engine, Table: DefaultTable}}
+		s := &Store{cfg: Config{Engine: tc.engine, Table: contract.DefaultTable}}
 		err := s.wrap("inserting the keys", tc.err)
-		if got := errors.Is(err, ErrContended); got != tc.contended {
+		if got := errors.Is(err, contract.ErrContended); got != tc.contended {
 			t.Errorf("%v, %q: contended %v, want %v (%v)", tc.engine, tc.err, got, tc.contended, err)
 		}
 		if !errors.Is(err, tc.err) {

@@ -1,4 +1,4 @@
-package inbox
+package mysqlstore
 
 import (
 	"context"
@@ -8,29 +8,32 @@ import (
 	"strings"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/watermill-inbox/inbox/internal/contract"
+	"github.com/watermill-inbox/inbox/internal/sqlstore"
 )
 
 // Claim implements Store, for the inbox (not for you).
-func (s *MySQLStore) Claim(ctx context.Context, rec Record) (Claim, error) {
+func (s *Store) Claim(ctx context.Context, rec contract.Record) (contract.Claim, error) {
 	s.prepareInsert(ctx)
 	if s.cfg.LockTimeout > 0 && rec.Attempt != "" && s.server.Load() == nil {
 		// Asked before the transaction begins: a first read in it would take its
 		// REPEATABLE READ snapshot before the claim's wait, and the count needs one after.
 		_, _ = s.serverInfo(ctx, s.db)
 	}
-	return claimInNewTx(ctx, s.db, s.beginIsolation(ctx), s.wrap, rec, mysqlAttempts{s}, func(tx *sql.Tx) (Claim, error) {
+	return sqlstore.ClaimInNewTx(ctx, s.db, s.beginIsolation(ctx), s.wrap, rec, mysqlAttempts{s}, func(tx *sql.Tx) (contract.Claim, error) {
 		return s.claim(ctx, tx, rec, false)
 	})
 }
 
 // ClaimIn implements Store, for the inbox (not for you); tx must be a *sql.Tx, from any
 // handle on the same server.
-func (s *MySQLStore) ClaimIn(ctx context.Context, tx any, rec Record) (Claim, error) {
-	sqlTx, err := joinedSQLTx(tx, "MySQLStore")
+func (s *Store) ClaimIn(ctx context.Context, tx any, rec contract.Record) (contract.Claim, error) {
+	sqlTx, err := sqlstore.JoinedTx(tx, "MySQLStore")
 	if err != nil {
-		return Claim{}, err
+		return contract.Claim{}, err
 	}
-	return claimJoinedSQL(ctx, s.db, sqlTx, rec, mysqlAttempts{s}, s.wrap, func(tx *sql.Tx) (Claim, error) {
+	return sqlstore.ClaimJoined(ctx, s.db, sqlTx, rec, mysqlAttempts{s}, s.wrap, func(tx *sql.Tx) (contract.Claim, error) {
 		return s.claim(ctx, tx, rec, true)
 	})
 }
@@ -38,26 +41,26 @@ func (s *MySQLStore) ClaimIn(ctx context.Context, tx any, rec Record) (Claim, er
 // claim inserts the key. A duplicate fails with error 1062, which in InnoDB undoes that
 // statement only, not the transaction; then, and only then, a second statement reads what
 // the first delivery stored.
-func (s *MySQLStore) claim(ctx context.Context, tx *sql.Tx, rec Record, joined bool) (Claim, error) {
+func (s *Store) claim(ctx context.Context, tx *sql.Tx, rec contract.Record, joined bool) (contract.Claim, error) {
 	err := s.insert(ctx, tx, rec, joined)
 	var myErr *mysql.MySQLError
 	if !errors.As(err, &myErr) || myErr.Number != mysqlDuplicateEntry {
 		if err != nil {
-			return Claim{}, s.wrap("inserting the key", err)
+			return contract.Claim{}, s.wrap("inserting the key", err)
 		}
-		return Claim{Tx: &sqlInboxTx{tx: tx, joined: joined, wrap: s.wrap, setOutput: s.setOutput(rec, joined)}}, nil
+		return contract.Claim{Tx: &sqlstore.Tx{SQL: tx, Joined: joined, Wrap: s.wrap, SetOutput: s.setOutput(rec, joined)}}, nil
 	}
 	if stmt := s.storedStmt.Load(); stmt != nil && !joined {
-		return readStoredSQL(ctx, tx, tx.StmtContext(ctx, stmt), rec, s.wrap)
+		return sqlstore.ReadStored(ctx, tx, tx.StmtContext(ctx, stmt), rec, s.wrap)
 	}
-	return readStoredSQL(ctx, tx, s.sql.stored, rec, s.wrap)
+	return sqlstore.ReadStored(ctx, tx, s.sql.stored, rec, s.wrap)
 }
 
 // setOutput returns the func that stores the output with rec's key. An output the
 // server's max_allowed_packet cannot carry is refused before it is sent (MariaDB closes
 // the connection on such a packet), and one the driver refuses (maxAllowedPacket in
 // the DSN) too: both as ErrOutputTooLarge.
-func (s *MySQLStore) setOutput(rec Record, joined bool) func(ctx context.Context, tx *sql.Tx, output []byte) error {
+func (s *Store) setOutput(rec contract.Record, joined bool) func(ctx context.Context, tx *sql.Tx, output []byte) error {
 	return func(ctx context.Context, tx *sql.Tx, output []byte) error {
 		server, err := s.serverInfo(ctx, tx)
 		if err != nil {
@@ -66,7 +69,7 @@ func (s *MySQLStore) setOutput(rec Record, joined bool) func(ctx context.Context
 		const overhead = 1 << 10 // the statement around the output, consumer and key
 		if need := len(output) + len(rec.Consumer) + len(rec.Key) + overhead; need > server.maxPacket {
 			return fmt.Errorf("%w: %d bytes of produced messages do not fit in the server's max_allowed_packet (%d bytes): raise it, or lower Config.MaxOutputBytes so that the inbox refuses such output first",
-				ErrOutputTooLarge, len(output), server.maxPacket)
+				contract.ErrOutputTooLarge, len(output), server.maxPacket)
 		}
 		if stmt := s.setOutputStmt.Load(); stmt != nil && !joined {
 			_, err = tx.StmtContext(ctx, stmt).ExecContext(ctx, output, rec.Consumer, rec.Key)
@@ -74,7 +77,7 @@ func (s *MySQLStore) setOutput(rec Record, joined bool) func(ctx context.Context
 			_, err = tx.ExecContext(ctx, s.sql.setOutput, output, rec.Consumer, rec.Key)
 		}
 		if errors.Is(err, mysql.ErrPktTooLarge) {
-			return fmt.Errorf("%w: %d bytes of produced messages exceed maxAllowedPacket of the DSN: raise it: %w", ErrOutputTooLarge, len(output), err)
+			return fmt.Errorf("%w: %d bytes of produced messages exceed maxAllowedPacket of the DSN: raise it: %w", contract.ErrOutputTooLarge, len(output), err)
 		}
 		return err
 	}
@@ -89,7 +92,7 @@ type preparer interface {
 // transaction begins, never while one is held: preparing takes a connection of the
 // pool, which a pool of one (or a pool drained by waiting claims) would not have. A
 // failure leaves the plain path.
-func (s *MySQLStore) prepareInsert(ctx context.Context) {
+func (s *Store) prepareInsert(ctx context.Context) {
 	p, ok := s.db.(preparer)
 	if !ok || s.insertStmt.Load() != nil {
 		return
@@ -116,7 +119,7 @@ func (s *MySQLStore) prepareInsert(ctx context.Context) {
 // execInsert runs the insert in tx, through the prepared statement once there is one.
 // A joined transaction may come from another *sql.DB, which cannot use a statement
 // prepared on the store's: it runs the plain statement.
-func (s *MySQLStore) execInsert(ctx context.Context, tx *sql.Tx, rec Record, joined bool) error {
+func (s *Store) execInsert(ctx context.Context, tx *sql.Tx, rec contract.Record, joined bool) error {
 	var err error
 	if stmt := s.insertStmt.Load(); stmt != nil && !joined {
 		_, err = tx.StmtContext(ctx, stmt).ExecContext(ctx, rec.Consumer, rec.Key, rec.Fingerprint)
@@ -127,7 +130,7 @@ func (s *MySQLStore) execInsert(ctx context.Context, tx *sql.Tx, rec Record, joi
 }
 
 // insert inserts rec's key, under the configured lock wait timeout if there is one.
-func (s *MySQLStore) insert(ctx context.Context, tx *sql.Tx, rec Record, joined bool) error {
+func (s *Store) insert(ctx context.Context, tx *sql.Tx, rec contract.Record, joined bool) error {
 	if s.cfg.LockTimeout <= 0 {
 		return s.execInsert(ctx, tx, rec, joined)
 	}
@@ -161,7 +164,7 @@ type mysqlServer struct {
 }
 
 // serverInfo asks the server, once, what the store needs to know of it.
-func (s *MySQLStore) serverInfo(ctx context.Context, tx sqlQueryer) (mysqlServer, error) {
+func (s *Store) serverInfo(ctx context.Context, tx sqlstore.Queryer) (mysqlServer, error) {
 	if known := s.server.Load(); known != nil {
 		return *known, nil
 	}
@@ -180,9 +183,9 @@ func (s *MySQLStore) serverInfo(ctx context.Context, tx sqlQueryer) (mysqlServer
 	return *known, nil
 }
 
-// readStored implements storedReader: the row a committed key's first delivery stored,
+// ReadStored implements storedReader: the row a committed key's first delivery stored,
 // read outside any transaction, through a statement prepared once per connection.
-func (s *MySQLStore) readStored(ctx context.Context, rec Record) (Claim, bool, error) {
+func (s *Store) ReadStored(ctx context.Context, rec contract.Record) (contract.Claim, bool, error) {
 	s.prepareInsert(ctx)
 	var row *sql.Row
 	if stmt := s.committedStmt.Load(); stmt != nil {
@@ -190,13 +193,13 @@ func (s *MySQLStore) readStored(ctx context.Context, rec Record) (Claim, bool, e
 	} else {
 		row = s.db.QueryRowContext(ctx, s.sql.committed, rec.Consumer, rec.Key)
 	}
-	claim := Claim{Duplicate: true}
+	claim := contract.Claim{Duplicate: true}
 	err := row.Scan(&claim.Fingerprint, &claim.Output)
 	if errors.Is(err, sql.ErrNoRows) {
-		return Claim{}, false, nil
+		return contract.Claim{}, false, nil
 	}
 	if err != nil {
-		return Claim{}, false, s.wrap("reading the stored key", err)
+		return contract.Claim{}, false, s.wrap("reading the stored key", err)
 	}
 	return claim, true, nil
 }

@@ -1,4 +1,4 @@
-package inbox
+package postgresstore
 
 import (
 	"context"
@@ -7,6 +7,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/watermill-inbox/inbox/internal/contract"
+	"github.com/watermill-inbox/inbox/internal/sqlstore"
 )
 
 // Attempts on PostgreSQL (see attempts.go): the lock is an advisory lock whose key is
@@ -56,7 +59,7 @@ func newPgAttemptQueries(a string) pgAttemptQueries {
 // values quoted in (see foldedClaim.beginInsert): committed without waiting for the WAL
 // flush, like every count of attempts (a server crash may lose the last ones, which only
 // delays a poison verdict).
-func (q pgAttemptQueries) literal(attempts string, rec Record) string {
+func (q pgAttemptQueries) literal(attempts string, rec contract.Record) string {
 	tok := quoteLiteral(rec.Attempt)
 	return "BEGIN; SET LOCAL synchronous_commit TO OFF; INSERT INTO " + attempts +
 		" (consumer, key, attempt) SELECT " + quoteLiteral(rec.Consumer) + ", " + quoteLiteral(rec.Key) + ", " + tok +
@@ -65,7 +68,7 @@ func (q pgAttemptQueries) literal(attempts string, rec Record) string {
 
 // startPgx starts rec's attempt on conn, the connection the claim then runs on, in one
 // round trip.
-func (s *PostgresStore) startPgx(ctx context.Context, conn *pgx.Conn, rec Record) error {
+func (s *Store) startPgx(ctx context.Context, conn *pgx.Conn, rec contract.Record) error {
 	batch := &pgx.Batch{}
 	batch.Queue(`BEGIN`)
 	batch.Queue(`SET LOCAL synchronous_commit TO OFF`)
@@ -73,7 +76,7 @@ func (s *PostgresStore) startPgx(ctx context.Context, conn *pgx.Conn, rec Record
 	batch.Queue(`COMMIT`)
 	if err := conn.SendBatch(ctx, batch).Close(); err != nil {
 		// Its outcome is not known: a clean end deletes the row if it was written.
-		return join(s.wrap("starting the attempt", err), s.releasePgx(ctx, conn, rec, true))
+		return contract.Join(s.wrap("starting the attempt", err), s.releasePgx(ctx, conn, rec, true))
 	}
 	return nil
 }
@@ -84,7 +87,7 @@ func (s *PostgresStore) startPgx(ctx context.Context, conn *pgx.Conn, rec Record
 // cannot be cancelled. Unlocking a lock that is not held only warns. The delete is
 // committed before the unlock: the statements of a pipeline outside a transaction share
 // one implicit transaction, committed at its end, after the unlock.
-func (s *PostgresStore) releasePgx(ctx context.Context, conn *pgx.Conn, rec Record, end bool) error {
+func (s *Store) releasePgx(ctx context.Context, conn *pgx.Conn, rec contract.Record, end bool) error {
 	if conn.IsClosed() {
 		return fmt.Errorf("inbox: ending the attempt: the connection is closed")
 	}
@@ -103,7 +106,7 @@ func (s *PostgresStore) releasePgx(ctx context.Context, conn *pgx.Conn, rec Reco
 		// connection (its row, if any, looking alive), and the connection must come back
 		// usable. In the simple protocol: pgx's statement cache may be out of step after
 		// a failed pipeline.
-		return join(s.wrap("ending the attempt", err), s.unlockSimple(ctx, conn, rec))
+		return contract.Join(s.wrap("ending the attempt", err), s.unlockSimple(ctx, conn, rec))
 	}
 	return nil
 }
@@ -111,7 +114,7 @@ func (s *PostgresStore) releasePgx(ctx context.Context, conn *pgx.Conn, rec Reco
 // unlockSimple rolls back what is open on conn and releases rec's lock, in one simple
 // query, with the token quoted in when it is plain (the middleware's are hex), and with a
 // parameter otherwise.
-func (s *PostgresStore) unlockSimple(ctx context.Context, conn *pgx.Conn, rec Record) error {
+func (s *Store) unlockSimple(ctx context.Context, conn *pgx.Conn, rec contract.Record) error {
 	if !plainToken(rec.Attempt) {
 		if _, err := conn.PgConn().Exec(ctx, "ROLLBACK").ReadAll(); err != nil {
 			return err
@@ -135,12 +138,12 @@ func plainToken(tok string) bool {
 }
 
 // attemptsUnsupported explains why a store over db cannot count attempts.
-func (s *PostgresStore) attemptsUnsupported() error {
+func (s *Store) attemptsUnsupported() error {
 	return fmt.Errorf("MaxAttempts needs a PostgresStore over a *pgxpool.Pool, a *pgx.Conn or a *pgxpool.Conn (its attempts hold a session lock from their start to their end), not a %T: give the store one of those, or set MaxAttempts to 0", s.db)
 }
 
-// checkAttempts implements attemptChecker.
-func (s *PostgresStore) checkAttempts(ctx context.Context) error {
+// CheckAttempts implements attemptChecker.
+func (s *Store) CheckAttempts(ctx context.Context) error {
 	if s.pin == nil {
 		return s.attemptsUnsupported()
 	}
@@ -158,7 +161,7 @@ type pgxQueryer interface {
 
 // deadPgx returns, from rows of the dead query, how many of those attempts died: the
 // ones whose row is still there at a later snapshot.
-func (s *PostgresStore) deadPgx(ctx context.Context, q pgxQueryer, rec Record, rows pgx.Rows) (int, error) {
+func (s *Store) deadPgx(ctx context.Context, q pgxQueryer, rec contract.Record, rows pgx.Rows) (int, error) {
 	tokens, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil || len(tokens) == 0 {
 		return 0, err
@@ -169,7 +172,7 @@ func (s *PostgresStore) deadPgx(ctx context.Context, q pgxQueryer, rec Record, r
 }
 
 // unfinishedPgx counts rec's key's attempts that died, in tx, which holds the key.
-func (s *PostgresStore) unfinishedPgx(ctx context.Context, tx pgx.Tx, rec Record) (int, error) {
+func (s *Store) unfinishedPgx(ctx context.Context, tx pgx.Tx, rec contract.Record) (int, error) {
 	rows, err := tx.Query(ctx, s.sql.attempts.dead, rec.Consumer, rec.Key, rec.Attempt)
 	if err != nil {
 		return 0, err
@@ -181,7 +184,7 @@ func (s *PostgresStore) unfinishedPgx(ctx context.Context, tx pgx.Tx, rec Record
 // whose snapshot may predate its wait on the key (a joined transaction, or one at
 // REPEATABLE READ or SERIALIZABLE): every statement on asideDB's connection runs in a
 // transaction of its own, so the second one's snapshot follows the first's lock checks.
-func (s *PostgresStore) countAside(ctx context.Context, rec Record) (int, error) {
+func (s *Store) countAside(ctx context.Context, rec contract.Record) (int, error) {
 	db, release, err := s.asideDB(ctx)
 	if err != nil {
 		return 0, err
@@ -201,7 +204,7 @@ func (s *PostgresStore) countAside(ctx context.Context, rec Record) (int, error)
 // startJoinedPgx starts rec's attempt beside the joined transaction tx: the lock in tx,
 // for as long as its owner keeps it, then the row on another connection (see
 // attemptDB), committed there.
-func (s *PostgresStore) startJoinedPgx(ctx context.Context, tx pgx.Tx, rec Record) error {
+func (s *Store) startJoinedPgx(ctx context.Context, tx pgx.Tx, rec contract.Record) error {
 	db, release, err := s.attemptDB(ctx)
 	if err != nil {
 		return err
@@ -218,7 +221,7 @@ func (s *PostgresStore) startJoinedPgx(ctx context.Context, tx pgx.Tx, rec Recor
 
 // EndAttempt implements Store: it deletes the attempt's row, on another connection than
 // a joined transaction's (see attemptDB).
-func (s *PostgresStore) EndAttempt(ctx context.Context, rec Record) error {
+func (s *Store) EndAttempt(ctx context.Context, rec contract.Record) error {
 	if rec.Attempt == "" {
 		return nil
 	}
@@ -234,16 +237,16 @@ func (s *PostgresStore) EndAttempt(ctx context.Context, rec Record) error {
 }
 
 // pgSQLAttempts is sqlAttempts for SQLPostgresStore.
-type pgSQLAttempts struct{ s *SQLPostgresStore }
+type pgSQLAttempts struct{ s *SQLStore }
 
-func (a pgSQLAttempts) start(ctx context.Context, conn SQLDB, rec Record) error {
+func (a pgSQLAttempts) Start(ctx context.Context, conn sqlstore.DB, rec contract.Record) error {
 	_, err := conn.ExecContext(ctx, a.s.sql.attempts.start, rec.Consumer, rec.Key, rec.Attempt)
 	return err
 }
 
-func (a pgSQLAttempts) unfinished(ctx context.Context, db sqlQueryer, rec Record) (int, error) {
+func (a pgSQLAttempts) Unfinished(ctx context.Context, db sqlstore.Queryer, rec contract.Record) (int, error) {
 	q := a.s.sql.attempts
-	tokens, err := queryStrings(ctx, db, q.dead, rec.Consumer, rec.Key, rec.Attempt)
+	tokens, err := sqlstore.QueryStrings(ctx, db, q.dead, rec.Consumer, rec.Key, rec.Attempt)
 	if err != nil || len(tokens) == 0 {
 		return 0, err
 	}
@@ -252,20 +255,20 @@ func (a pgSQLAttempts) unfinished(ctx context.Context, db sqlQueryer, rec Record
 	return n, err
 }
 
-func (a pgSQLAttempts) countInTx() bool { return a.s.cfg.Isolation == sql.LevelReadCommitted }
+func (a pgSQLAttempts) CountInTx() bool { return a.s.cfg.Isolation == sql.LevelReadCommitted }
 
-func (a pgSQLAttempts) end(ctx context.Context, q sqlExecer, rec Record) error {
+func (a pgSQLAttempts) End(ctx context.Context, q sqlstore.Execer, rec contract.Record) error {
 	_, err := q.ExecContext(ctx, a.s.sql.attempts.end, rec.Consumer, rec.Key, rec.Attempt)
 	return err
 }
 
-func (a pgSQLAttempts) unlock(ctx context.Context, conn SQLDB, rec Record) error {
+func (a pgSQLAttempts) Unlock(ctx context.Context, conn sqlstore.DB, rec contract.Record) error {
 	_, err := conn.ExecContext(ctx, a.s.sql.attempts.unlock, rec.Attempt)
 	return err
 }
 
-func (a pgSQLAttempts) startJoined(ctx context.Context, tx *sql.Tx, rec Record) error {
-	db, release, err := attemptDB(ctx, a.s.db)
+func (a pgSQLAttempts) StartJoined(ctx context.Context, tx *sql.Tx, rec contract.Record) error {
+	db, release, err := sqlstore.AttemptDB(ctx, a.s.db)
 	if err != nil {
 		return err
 	}
@@ -279,8 +282,8 @@ func (a pgSQLAttempts) startJoined(ctx context.Context, tx *sql.Tx, rec Record) 
 	return nil
 }
 
-// endJoined deletes the row; the lock is the joined transaction's, released by its owner.
-func (a pgSQLAttempts) endJoined(ctx context.Context, rec Record, end bool) error {
+// EndJoined deletes the row; the lock is the joined transaction's, released by its owner.
+func (a pgSQLAttempts) EndJoined(ctx context.Context, rec contract.Record, end bool) error {
 	if !end {
 		return nil
 	}
@@ -289,11 +292,11 @@ func (a pgSQLAttempts) endJoined(ctx context.Context, rec Record, end bool) erro
 
 // EndAttempt implements Store: it deletes the attempt's row, on another connection than
 // a joined transaction's (see attemptDB).
-func (s *SQLPostgresStore) EndAttempt(ctx context.Context, rec Record) error {
+func (s *SQLStore) EndAttempt(ctx context.Context, rec contract.Record) error {
 	if rec.Attempt == "" {
 		return nil
 	}
-	db, release, err := attemptDB(ctx, s.db)
+	db, release, err := sqlstore.AttemptDB(ctx, s.db)
 	if err != nil {
 		return err
 	}
@@ -302,24 +305,4 @@ func (s *SQLPostgresStore) EndAttempt(ctx context.Context, rec Record) error {
 		return s.wrap("ending the attempt", err)
 	}
 	return nil
-}
-
-// queryStrings returns the one text column of query's rows.
-func queryStrings(ctx context.Context, q interface {
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-}, query string, args ...any) ([]string, error) {
-	rows, err := q.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var v string
-		if err := rows.Scan(&v); err != nil {
-			return nil, err
-		}
-		out = append(out, v)
-	}
-	return out, rows.Err()
 }

@@ -1,4 +1,4 @@
-package inbox
+package postgresstore
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/watermill-inbox/inbox/internal/contract"
 )
 
 // Batches and offsets in one round trip on a pgx pool or connection, as the single
@@ -31,38 +33,38 @@ import (
 const pgDivisionByZero = "22012"
 
 // claimBatch claims a batch, folded into the BEGIN when it can be.
-func (f *foldedClaim) claimBatch(ctx context.Context, recs []Record) (BatchClaim, error) {
+func (f *foldedClaim) claimBatch(ctx context.Context, recs []contract.Record) (contract.BatchClaim, error) {
 	conn, release, err := f.s.pin(ctx)
 	if err != nil {
-		return BatchClaim{}, f.s.wrap("acquiring a connection", err)
+		return contract.BatchClaim{}, f.s.wrap("acquiring a connection", err)
 	}
 	if query, ok := f.beginInsertBatch(conn.PgConn(), recs); ok {
 		opts := f.s.cfg.TxOptions
 		opts.BeginQuery = query
 		tx, err := conn.BeginTx(ctx, opts)
 		if err == nil {
-			claim := BatchClaim{Duplicate: make([]bool, len(recs)), Fingerprint: make([][]byte, len(recs))}
+			claim := contract.BatchClaim{Duplicate: make([]bool, len(recs)), Fingerprint: make([][]byte, len(recs))}
 			claim.Tx = &pgxInboxTx{tx: tx, store: f.s, release: release}
 			return claim, nil
 		}
 		var pgErr *pgconn.PgError
 		if !errors.As(err, &pgErr) || pgErr.Code != pgUniqueViolation || pgErr.TableName != f.s.cfg.Table ||
 			(f.s.cfg.Schema != "" && pgErr.SchemaName != f.s.cfg.Schema) {
-			return BatchClaim{}, join(f.s.wrap("inserting the keys", err), f.endFolded(ctx, conn, release))
+			return contract.BatchClaim{}, contract.Join(f.s.wrap("inserting the keys", err), f.endFolded(ctx, conn, release))
 		}
 		if _, err := conn.Exec(context.WithoutCancel(ctx), "ROLLBACK"); err != nil {
 			release()
-			return BatchClaim{}, f.s.wrap("rolling back", err)
+			return contract.BatchClaim{}, f.s.wrap("rolling back", err)
 		}
 	}
 	tx, err := conn.BeginTx(ctx, f.s.cfg.TxOptions)
 	if err != nil {
 		release()
-		return BatchClaim{}, f.s.wrap("beginning the transaction", err)
+		return contract.BatchClaim{}, f.s.wrap("beginning the transaction", err)
 	}
 	claim, err := f.s.claimBatch(ctx, tx, recs, false)
 	if err != nil || claim.Tx == nil {
-		err = join(err, rollbackPgx(ctx, tx))
+		err = contract.Join(err, rollbackPgx(ctx, tx))
 		release()
 		claim.Tx = nil
 		return claim, err
@@ -82,17 +84,17 @@ func (f *foldedClaim) endFolded(ctx context.Context, conn *pgx.Conn, release fun
 }
 
 // claimOffsets claims offsets, folded into the BEGIN when it can be.
-func (f *foldedClaim) claimOffsets(ctx context.Context, consumer string, spans []OffsetSpan) (OffsetClaim, error) {
+func (f *foldedClaim) claimOffsets(ctx context.Context, consumer string, spans []contract.OffsetSpan) (contract.OffsetClaim, error) {
 	conn, release, err := f.s.pin(ctx)
 	if err != nil {
-		return OffsetClaim{}, f.s.wrap("acquiring a connection", err)
+		return contract.OffsetClaim{}, f.s.wrap("acquiring a connection", err)
 	}
 	if query, ok := f.beginClaimOffsets(conn.PgConn(), consumer, spans); ok {
 		opts := f.s.cfg.TxOptions
 		opts.BeginQuery = query
 		tx, err := conn.BeginTx(ctx, opts)
 		if err == nil {
-			claim := OffsetClaim{Partitions: make([]PartitionState, len(spans))}
+			claim := contract.OffsetClaim{Partitions: make([]contract.PartitionState, len(spans))}
 			for i := range claim.Partitions {
 				claim.Partitions[i].Moved = true
 			}
@@ -101,23 +103,23 @@ func (f *foldedClaim) claimOffsets(ctx context.Context, consumer string, spans [
 		}
 		var pgErr *pgconn.PgError
 		if !errors.As(err, &pgErr) || pgErr.Code != pgDivisionByZero {
-			return OffsetClaim{}, join(wrapOffsets("moving the offsets", f.s.offsetSQL.table, err), f.endFolded(ctx, conn, release))
+			return contract.OffsetClaim{}, contract.Join(wrapOffsets("moving the offsets", f.s.offsetSQL.table, err), f.endFolded(ctx, conn, release))
 		}
 		if _, err := conn.Exec(context.WithoutCancel(ctx), "ROLLBACK"); err != nil {
 			release()
-			return OffsetClaim{}, f.s.wrap("rolling back", err)
+			return contract.OffsetClaim{}, f.s.wrap("rolling back", err)
 		}
 	}
 	tx, err := conn.BeginTx(ctx, f.s.cfg.TxOptions)
 	if err != nil {
 		release()
-		return OffsetClaim{}, f.s.wrap("beginning the transaction", err)
+		return contract.OffsetClaim{}, f.s.wrap("beginning the transaction", err)
 	}
 	claim, err := f.s.claimOffsets(ctx, tx, consumer, spans, false)
 	if err != nil {
-		err = join(err, rollbackPgx(ctx, tx))
+		err = contract.Join(err, rollbackPgx(ctx, tx))
 		release()
-		return OffsetClaim{}, err
+		return contract.OffsetClaim{}, err
 	}
 	claim.Tx.(*pgxOffsetTx).release = release
 	return claim, nil
@@ -160,7 +162,7 @@ func (f *foldedClaim) folded(stmts ...string) string {
 }
 
 // beginInsertBatch returns the folded claim of a batch: a plain INSERT of its keys.
-func (f *foldedClaim) beginInsertBatch(conn *pgconn.PgConn, recs []Record) (string, bool) {
+func (f *foldedClaim) beginInsertBatch(conn *pgconn.PgConn, recs []contract.Record) (string, bool) {
 	values := []string{recs[0].Consumer}
 	for _, r := range recs {
 		values = append(values, r.Key)
@@ -185,7 +187,7 @@ func (f *foldedClaim) beginInsertBatch(conn *pgconn.PgConn, recs []Record) (stri
 
 // beginClaimOffsets returns the folded claim of offsets: each partition's UPDATE, made
 // to fail when it does not move the partition.
-func (f *foldedClaim) beginClaimOffsets(conn *pgconn.PgConn, consumer string, spans []OffsetSpan) (string, bool) {
+func (f *foldedClaim) beginClaimOffsets(conn *pgconn.PgConn, consumer string, spans []contract.OffsetSpan) (string, bool) {
 	values := []string{consumer}
 	for _, s := range spans {
 		values = append(values, s.Topic)

@@ -1,9 +1,11 @@
-package inbox
+package postgresstore
 
 import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/watermill-inbox/inbox/internal/sqlstore"
 )
 
 // A schema for the PostgreSQL stores' tables (PostgresConfig.Schema,
@@ -23,7 +25,7 @@ func validateSchema(schema string, searchPath bool) error {
 		return fmt.Errorf("SearchPath is set without Schema: name the schema to put first in the search_path")
 	case schema == "":
 		return nil
-	case !identifierRE.MatchString(schema) || len(schema) > maxSchemaLen:
+	case !sqlstore.IdentifierRE.MatchString(schema) || len(schema) > maxSchemaLen:
 		return fmt.Errorf("Schema %q is not a valid schema name: use letters, digits and underscores, not starting with a digit, at most %d bytes", schema, maxSchemaLen)
 	}
 	return nil
@@ -50,7 +52,7 @@ func searchPathSQL(schema string) string {
 // or where the search_path puts them when schema is empty. With a schema it is one
 // transaction whose search_path is that schema, so the index lands beside its table.
 func postgresDDL(schema, table string) (string, error) {
-	ddl, err := PostgresSchema(table)
+	ddl, err := Schema(table)
 	if err != nil || schema == "" {
 		return ddl, err
 	}

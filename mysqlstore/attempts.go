@@ -1,10 +1,13 @@
-package inbox
+package mysqlstore
 
 import (
 	"context"
 	"database/sql"
 	"errors"
 	"strings"
+
+	"github.com/watermill-inbox/inbox/internal/contract"
+	"github.com/watermill-inbox/inbox/internal/sqlstore"
 )
 
 // Attempts on MySQL, MariaDB, TiDB and Vitess (see attempts.go): the lock is a named
@@ -36,10 +39,10 @@ type mysqlAttemptQueries struct {
 	end string
 }
 
-func newMySQLAttemptQueries(e MySQLEngine, a string) mysqlAttemptQueries {
+func newMySQLAttemptQueries(e Engine, a string) mysqlAttemptQueries {
 	where := " WHERE `consumer` = ? AND `key` = ?"
 	cols, vals := "(`consumer`, `key`, `attempt`)", "?, ?, ?"
-	if e == MySQLTiDB { // TiDB refuses the column's UTC default: the store writes it
+	if e == TiDB { // TiDB refuses the column's UTC default: the store writes it
 		cols, vals = "(`consumer`, `key`, `attempt`, `started_at`)", "?, ?, ?, UTC_TIMESTAMP(6)"
 	}
 	q := mysqlAttemptQueries{
@@ -53,25 +56,25 @@ func newMySQLAttemptQueries(e MySQLEngine, a string) mysqlAttemptQueries {
 		end:     "DELETE FROM " + a + where + " AND `attempt` = ?",
 	}
 	switch e {
-	case MySQLVitess:
+	case Vitess:
 		q.start = ""
 		q.dead = "SELECT `attempt` FROM " + a + where + " AND `attempt` <> ?"
-	case MySQLTiDB: // TiDB evaluates GET_LOCK twice in start's WHERE: a release would leave it held
+	case TiDB: // TiDB evaluates GET_LOCK twice in start's WHERE: a release would leave it held
 		q.start = ""
 	}
 	return q
 }
 
 // mysqlAttempts is sqlAttempts for MySQLStore.
-type mysqlAttempts struct{ s *MySQLStore }
+type mysqlAttempts struct{ s *Store }
 
-func lockName(rec Record) string { return mysqlAttemptLockPrefix + rec.Attempt }
+func lockName(rec contract.Record) string { return mysqlAttemptLockPrefix + rec.Attempt }
 
 // errLockTaken means an attempt's lock was held already: only another attempt with the
 // same token (a random 128-bit one) could hold it.
 var errLockTaken = errors.New("the attempt's lock is held by another session")
 
-func (a mysqlAttempts) start(ctx context.Context, conn SQLDB, rec Record) error {
+func (a mysqlAttempts) Start(ctx context.Context, conn sqlstore.DB, rec contract.Record) error {
 	q := a.s.sql.attempts
 	if q.start == "" { // Vitess, TiDB
 		if err := a.lock(ctx, conn, rec); err != nil {
@@ -93,7 +96,7 @@ func (a mysqlAttempts) start(ctx context.Context, conn SQLDB, rec Record) error 
 // lock takes rec's lock in the session of q.
 func (a mysqlAttempts) lock(ctx context.Context, q interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-}, rec Record) error {
+}, rec contract.Record) error {
 	var got sql.NullInt64
 	if err := q.QueryRowContext(ctx, a.s.sql.attempts.getLock, lockName(rec)).Scan(&got); err != nil {
 		return err
@@ -104,23 +107,23 @@ func (a mysqlAttempts) lock(ctx context.Context, q interface {
 	return nil
 }
 
-// countInTx: only at READ COMMITTED do the count's two reads each take a snapshot of
+// CountInTx: only at READ COMMITTED do the count's two reads each take a snapshot of
 // their own, the second after the first's lock checks. At REPEATABLE READ (the
 // session's level with SessionIsolation, or on Vitess) they share one, so an attempt
 // that ends between them still shows its row (on Vitess the lock checks are statements
 // of their own, round trips apart: the race is wide); a SERIALIZABLE read locks what it
 // reads until the handler ends. Those count on a second connection.
-func (a mysqlAttempts) countInTx() bool {
+func (a mysqlAttempts) CountInTx() bool {
 	return a.s.cfg.Isolation == sql.LevelReadCommitted
 }
 
-func (a mysqlAttempts) unfinished(ctx context.Context, tx sqlQueryer, rec Record) (int, error) {
+func (a mysqlAttempts) Unfinished(ctx context.Context, tx sqlstore.Queryer, rec contract.Record) (int, error) {
 	q := a.s.sql.attempts
 	var tokens []string
 	var err error
-	if a.s.cfg.Engine == MySQLVitess {
+	if a.s.cfg.Engine == Vitess {
 		var others []string
-		if others, err = queryStrings(ctx, tx, q.dead, rec.Consumer, rec.Key, rec.Attempt); err != nil {
+		if others, err = sqlstore.QueryStrings(ctx, tx, q.dead, rec.Consumer, rec.Key, rec.Attempt); err != nil {
 			return 0, err
 		}
 		for _, tok := range others {
@@ -132,7 +135,7 @@ func (a mysqlAttempts) unfinished(ctx context.Context, tx sqlQueryer, rec Record
 				tokens = append(tokens, tok)
 			}
 		}
-	} else if tokens, err = queryStrings(ctx, tx, q.dead, rec.Consumer, rec.Key, rec.Attempt, mysqlAttemptLockPrefix); err != nil {
+	} else if tokens, err = sqlstore.QueryStrings(ctx, tx, q.dead, rec.Consumer, rec.Key, rec.Attempt, mysqlAttemptLockPrefix); err != nil {
 		return 0, err
 	}
 	if len(tokens) == 0 {
@@ -147,20 +150,20 @@ func (a mysqlAttempts) unfinished(ctx context.Context, tx sqlQueryer, rec Record
 	return n, err
 }
 
-func (a mysqlAttempts) end(ctx context.Context, q sqlExecer, rec Record) error {
+func (a mysqlAttempts) End(ctx context.Context, q sqlstore.Execer, rec contract.Record) error {
 	_, err := q.ExecContext(ctx, a.s.sql.attempts.end, rec.Consumer, rec.Key, rec.Attempt)
 	return err
 }
 
-func (a mysqlAttempts) unlock(ctx context.Context, conn SQLDB, rec Record) error {
+func (a mysqlAttempts) Unlock(ctx context.Context, conn sqlstore.DB, rec contract.Record) error {
 	var released sql.NullInt64 // 1, 0 when another session holds it, NULL when no one does
 	return conn.QueryRowContext(ctx, a.s.sql.attempts.release, lockName(rec)).Scan(&released)
 }
 
-// startJoined takes the lock in the joined transaction's session, which the attempt's
+// StartJoined takes the lock in the joined transaction's session, which the attempt's
 // end releases there, and writes the row on another connection.
-func (a mysqlAttempts) startJoined(ctx context.Context, tx *sql.Tx, rec Record) error {
-	db, release, err := attemptDB(ctx, a.s.db)
+func (a mysqlAttempts) StartJoined(ctx context.Context, tx *sql.Tx, rec contract.Record) error {
+	db, release, err := sqlstore.AttemptDB(ctx, a.s.db)
 	if err != nil {
 		return err
 	}
@@ -174,7 +177,7 @@ func (a mysqlAttempts) startJoined(ctx context.Context, tx *sql.Tx, rec Record) 
 	return nil
 }
 
-func (a mysqlAttempts) endJoined(ctx context.Context, rec Record, end bool) error {
+func (a mysqlAttempts) EndJoined(ctx context.Context, rec contract.Record, end bool) error {
 	if end {
 		return a.s.EndAttempt(ctx, rec)
 	}
@@ -184,17 +187,17 @@ func (a mysqlAttempts) endJoined(ctx context.Context, rec Record, end bool) erro
 // EndAttempt implements Store: it deletes the attempt's row, on another connection than
 // a joined transaction's (see attemptDB), and beside a joined transaction then releases
 // the attempt's lock in that transaction's session.
-func (s *MySQLStore) EndAttempt(ctx context.Context, rec Record) error {
+func (s *Store) EndAttempt(ctx context.Context, rec contract.Record) error {
 	if rec.Attempt == "" {
 		return nil
 	}
-	db, release, err := attemptDB(ctx, s.db)
+	db, release, err := sqlstore.AttemptDB(ctx, s.db)
 	if err != nil {
 		return err
 	}
 	defer release()
 	if _, err := db.ExecContext(context.WithoutCancel(ctx), s.sql.attempts.end, rec.Consumer, rec.Key, rec.Attempt); err != nil {
-		return join(s.wrap("ending the attempt", err), s.releaseJoined(ctx, rec))
+		return contract.Join(s.wrap("ending the attempt", err), s.releaseJoined(ctx, rec))
 	}
 	return s.releaseJoined(ctx, rec)
 }
@@ -202,8 +205,8 @@ func (s *MySQLStore) EndAttempt(ctx context.Context, rec Record) error {
 // releaseJoined releases rec's lock in the session of the joined transaction ctx
 // carries, if any. When that transaction ended already, the lock stays with its
 // connection until that closes: the attempt then looks alive, and is not counted.
-func (s *MySQLStore) releaseJoined(ctx context.Context, rec Record) error {
-	tx, ok := txFromContext(ctx).(*sql.Tx)
+func (s *Store) releaseJoined(ctx context.Context, rec contract.Record) error {
+	tx, ok := contract.TxFromContext(ctx).(*sql.Tx)
 	if !ok {
 		return nil
 	}

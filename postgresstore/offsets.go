@@ -1,4 +1,4 @@
-package inbox
+package postgresstore
 
 import (
 	"context"
@@ -9,6 +9,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/watermill-inbox/inbox/internal/contract"
+	"github.com/watermill-inbox/inbox/internal/sqlstore"
 )
 
 // Offset mode on the PostgreSQL stores: one UPDATE per partition moves its row past the
@@ -24,8 +27,8 @@ import (
 // upsert, about that of the handler alone).
 
 var (
-	_ OffsetStore = (*PostgresStore)(nil)
-	_ OffsetStore = (*SQLPostgresStore)(nil)
+	_ contract.OffsetStore = (*Store)(nil)
+	_ contract.OffsetStore = (*SQLStore)(nil)
 )
 
 // postgresOffsetQueries are the statements of offset mode on <table>_offsets.
@@ -67,7 +70,7 @@ func newPostgresOffsetQueries(schema, table string) postgresOffsetQueries {
 }
 
 // claimArgs are the claim statement's arguments for span.
-func claimArgs(consumer string, s OffsetSpan) []any {
+func claimArgs(consumer string, s contract.OffsetSpan) []any {
 	return []any{consumer, s.Topic, s.Partition, s.First, s.Last, s.FirstEpoch, s.LastEpoch, s.MaxTimestamp, s.TopicID}
 }
 
@@ -76,35 +79,35 @@ func wrapOffsets(doing, table string, err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "42703") {
 		return fmt.Errorf("inbox: %s: %w: table %s is missing or outdated: run migration 000003, schema/postgres.sql, `inbox schema postgres` or CreateSchema: %w",
-			doing, ErrNoTable, table, err)
+			doing, contract.ErrNoTable, table, err)
 	}
 	return wrapPostgres(doing, table, "CreateSchema", err)
 }
 
 // ClaimOffsets implements OffsetStore.
-func (s *PostgresStore) ClaimOffsets(ctx context.Context, consumer string, spans []OffsetSpan) (OffsetClaim, error) {
+func (s *Store) ClaimOffsets(ctx context.Context, consumer string, spans []contract.OffsetSpan) (contract.OffsetClaim, error) {
 	if err := ctx.Err(); err != nil { // pgx would close the connection: see Claim
-		return OffsetClaim{}, s.wrap("beginning the transaction", err)
+		return contract.OffsetClaim{}, s.wrap("beginning the transaction", err)
 	}
 	if s.folded != nil {
 		return s.folded.claimOffsets(ctx, consumer, spans)
 	}
 	tx, err := s.db.BeginTx(ctx, s.cfg.TxOptions)
 	if err != nil {
-		return OffsetClaim{}, s.wrap("beginning the transaction", err)
+		return contract.OffsetClaim{}, s.wrap("beginning the transaction", err)
 	}
 	claim, err := s.claimOffsets(ctx, tx, consumer, spans, false)
 	if err != nil {
-		return OffsetClaim{}, join(err, rollbackPgx(ctx, tx))
+		return contract.OffsetClaim{}, contract.Join(err, rollbackPgx(ctx, tx))
 	}
 	return claim, nil
 }
 
 // ClaimOffsetsIn implements OffsetStore; tx must be a pgx.Tx.
-func (s *PostgresStore) ClaimOffsetsIn(ctx context.Context, tx any, consumer string, spans []OffsetSpan) (OffsetClaim, error) {
+func (s *Store) ClaimOffsetsIn(ctx context.Context, tx any, consumer string, spans []contract.OffsetSpan) (contract.OffsetClaim, error) {
 	pgxTx, ok := tx.(pgx.Tx)
 	if !ok {
-		return OffsetClaim{}, fmt.Errorf("inbox: the transaction in the context is a %T; PostgresStore joins only a pgx.Tx", tx)
+		return contract.OffsetClaim{}, fmt.Errorf("inbox: the transaction in the context is a %T; PostgresStore joins only a pgx.Tx", tx)
 	}
 	return s.claimOffsets(ctx, pgxTx, consumer, spans, true)
 }
@@ -112,8 +115,8 @@ func (s *PostgresStore) ClaimOffsetsIn(ctx context.Context, tx any, consumer str
 // claimOffsets sends every span's UPDATE in one round trip (with the lock timeout
 // around them), then, for the spans that did not move, their upserts and their rows'
 // state in a second one.
-func (s *PostgresStore) claimOffsets(ctx context.Context, tx pgx.Tx, consumer string, spans []OffsetSpan, joined bool) (OffsetClaim, error) {
-	claim := OffsetClaim{Partitions: make([]PartitionState, len(spans))}
+func (s *Store) claimOffsets(ctx context.Context, tx pgx.Tx, consumer string, spans []contract.OffsetSpan, joined bool) (contract.OffsetClaim, error) {
+	claim := contract.OffsetClaim{Partitions: make([]contract.PartitionState, len(spans))}
 	rest := make([]int, 0, len(spans))
 	for round, query := range []string{s.offsetSQL.update, s.offsetSQL.claim} {
 		batch := &pgx.Batch{}
@@ -142,7 +145,7 @@ func (s *PostgresStore) claimOffsets(ctx context.Context, tx pgx.Tx, consumer st
 			batch.Queue(s.sql.lockReset)
 		}
 		if err := tx.SendBatch(ctx, batch).Close(); err != nil {
-			return OffsetClaim{}, wrapOffsets("moving the offsets", s.offsetSQL.table, err)
+			return contract.OffsetClaim{}, wrapOffsets("moving the offsets", s.offsetSQL.table, err)
 		}
 		rest = rest[:0]
 		for i := range spans {
@@ -156,7 +159,7 @@ func (s *PostgresStore) claimOffsets(ctx context.Context, tx pgx.Tx, consumer st
 	}
 	for i := range claim.Partitions {
 		if claim.Partitions[i].Moved {
-			claim.Partitions[i] = PartitionState{Moved: true}
+			claim.Partitions[i] = contract.PartitionState{Moved: true}
 		}
 	}
 	last := spans[len(spans)-1]
@@ -169,7 +172,7 @@ func (s *PostgresStore) claimOffsets(ctx context.Context, tx pgx.Tx, consumer st
 type pgxOffsetTx struct {
 	*pgxInboxTx
 	consumer string
-	last     OffsetSpan
+	last     contract.OffsetSpan
 }
 
 func (t *pgxOffsetTx) Commit(ctx context.Context, output []byte) error {
@@ -178,7 +181,7 @@ func (t *pgxOffsetTx) Commit(ctx context.Context, output []byte) error {
 		if err != nil {
 			err = t.ended("storing the produced messages", err)
 			if !t.joined {
-				err = join(err, t.Rollback(ctx))
+				err = contract.Join(err, t.Rollback(ctx))
 			}
 			return err
 		}
@@ -187,7 +190,7 @@ func (t *pgxOffsetTx) Commit(ctx context.Context, output []byte) error {
 }
 
 // Offsets implements OffsetStore.
-func (s *PostgresStore) Offsets(ctx context.Context, consumer string) ([]PartitionOffset, error) {
+func (s *Store) Offsets(ctx context.Context, consumer string) ([]contract.PartitionOffset, error) {
 	query, args := s.offsetSQL.listAll, []any(nil)
 	if consumer != "" {
 		query, args = s.offsetSQL.list, []any{consumer}
@@ -196,7 +199,7 @@ func (s *PostgresStore) Offsets(ctx context.Context, consumer string) ([]Partiti
 	if err != nil {
 		return nil, wrapOffsets("reading the offsets", s.offsetSQL.table, err)
 	}
-	offsets, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (PartitionOffset, error) {
+	offsets, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (contract.PartitionOffset, error) {
 		return scanPartitionOffset(row.Scan)
 	})
 	if err != nil {
@@ -206,8 +209,8 @@ func (s *PostgresStore) Offsets(ctx context.Context, consumer string) ([]Partiti
 }
 
 // scanPartitionOffset scans a row of the list statements.
-func scanPartitionOffset(scan func(dest ...any) error) (PartitionOffset, error) {
-	var o PartitionOffset
+func scanPartitionOffset(scan func(dest ...any) error) (contract.PartitionOffset, error) {
+	var o contract.PartitionOffset
 	var ms int64
 	err := scan(&o.Consumer, &o.Topic, &o.Partition, &o.Next, &o.LeaderEpoch, &ms, &o.TopicID, &o.UpdatedAt)
 	if ms >= 0 {
@@ -217,7 +220,7 @@ func scanPartitionOffset(scan func(dest ...any) error) (PartitionOffset, error) 
 }
 
 // SetOffset implements OffsetStore.
-func (s *PostgresStore) SetOffset(ctx context.Context, consumer, topic string, partition int32, next int64) (bool, error) {
+func (s *Store) SetOffset(ctx context.Context, consumer, topic string, partition int32, next int64) (bool, error) {
 	var found bool
 	err := pgx.BeginTxFunc(ctx, s.db, pgx.TxOptions{}, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, s.offsetSQL.del, consumer, topic, partition)
@@ -237,7 +240,7 @@ func (s *PostgresStore) SetOffset(ctx context.Context, consumer, topic string, p
 }
 
 // VerifyOffsets implements OffsetStore.
-func (s *PostgresStore) VerifyOffsets(ctx context.Context) error {
+func (s *Store) VerifyOffsets(ctx context.Context) error {
 	var n int
 	if err := s.db.QueryRow(ctx, s.offsetSQL.verify).Scan(&n); err != nil {
 		return wrapOffsets("checking the offsets table", s.offsetSQL.table, err)
@@ -246,43 +249,43 @@ func (s *PostgresStore) VerifyOffsets(ctx context.Context) error {
 }
 
 // ClaimOffsets implements OffsetStore.
-func (s *SQLPostgresStore) ClaimOffsets(ctx context.Context, consumer string, spans []OffsetSpan) (OffsetClaim, error) {
-	var claim OffsetClaim
-	_, err := claimInNewTx(ctx, s.db, s.cfg.Isolation, s.wrap, Record{}, nil, func(tx *sql.Tx) (Claim, error) {
+func (s *SQLStore) ClaimOffsets(ctx context.Context, consumer string, spans []contract.OffsetSpan) (contract.OffsetClaim, error) {
+	var claim contract.OffsetClaim
+	_, err := sqlstore.ClaimInNewTx(ctx, s.db, s.cfg.Isolation, s.wrap, contract.Record{}, nil, func(tx *sql.Tx) (contract.Claim, error) {
 		var err error
 		claim, err = s.claimOffsets(ctx, tx, consumer, spans, false)
 		if err != nil {
-			return Claim{}, err
+			return contract.Claim{}, err
 		}
-		return Claim{Tx: claim.Tx.(*sqlInboxTx)}, nil
+		return contract.Claim{Tx: claim.Tx.(*sqlstore.Tx)}, nil
 	})
 	if err != nil {
-		return OffsetClaim{}, err
+		return contract.OffsetClaim{}, err
 	}
 	return claim, nil
 }
 
 // ClaimOffsetsIn implements OffsetStore; tx must be a *sql.Tx.
-func (s *SQLPostgresStore) ClaimOffsetsIn(ctx context.Context, tx any, consumer string, spans []OffsetSpan) (OffsetClaim, error) {
-	sqlTx, err := joinedSQLTx(tx, "SQLPostgresStore")
+func (s *SQLStore) ClaimOffsetsIn(ctx context.Context, tx any, consumer string, spans []contract.OffsetSpan) (contract.OffsetClaim, error) {
+	sqlTx, err := sqlstore.JoinedTx(tx, "SQLPostgresStore")
 	if err != nil {
-		return OffsetClaim{}, err
+		return contract.OffsetClaim{}, err
 	}
 	return s.claimOffsets(ctx, sqlTx, consumer, spans, true)
 }
 
 // claimOffsets is PostgresStore.claimOffsets on database/sql: the statements one by
 // one.
-func (s *SQLPostgresStore) claimOffsets(ctx context.Context, tx *sql.Tx, consumer string, spans []OffsetSpan, joined bool) (OffsetClaim, error) {
-	claim := OffsetClaim{Partitions: make([]PartitionState, len(spans))}
+func (s *SQLStore) claimOffsets(ctx context.Context, tx *sql.Tx, consumer string, spans []contract.OffsetSpan, joined bool) (contract.OffsetClaim, error) {
+	claim := contract.OffsetClaim{Partitions: make([]contract.PartitionState, len(spans))}
 	if s.sql.searchPath != "" && !joined {
 		if _, err := tx.ExecContext(ctx, s.sql.searchPath); err != nil {
-			return OffsetClaim{}, s.wrap("setting the search_path", err)
+			return contract.OffsetClaim{}, s.wrap("setting the search_path", err)
 		}
 	}
 	if s.cfg.LockTimeout > 0 {
 		if _, err := tx.ExecContext(ctx, s.sql.lockSet, fmt.Sprintf("%dms", lockTimeoutMillis(s.cfg.LockTimeout))); err != nil {
-			return OffsetClaim{}, s.wrap("setting the lock timeout", err)
+			return contract.OffsetClaim{}, s.wrap("setting the lock timeout", err)
 		}
 	}
 	for i, span := range spans {
@@ -294,7 +297,7 @@ func (s *SQLPostgresStore) claimOffsets(ctx context.Context, tx *sql.Tx, consume
 				n, err = res.RowsAffected()
 			}
 			if err != nil {
-				return OffsetClaim{}, wrapOffsets("moving the offsets", s.offsetSQL.table, err)
+				return contract.OffsetClaim{}, wrapOffsets("moving the offsets", s.offsetSQL.table, err)
 			}
 			if st.Moved = n == 1; st.Moved {
 				break
@@ -303,17 +306,17 @@ func (s *SQLPostgresStore) claimOffsets(ctx context.Context, tx *sql.Tx, consume
 		if !st.Moved {
 			err := tx.QueryRowContext(ctx, s.offsetSQL.state, consumer, span.Topic, span.Partition).Scan(&st.Next, &st.LeaderEpoch, &st.MaxTimestamp, &st.TopicID, &st.Output)
 			if err != nil {
-				return OffsetClaim{}, wrapOffsets("reading the stored offsets", s.offsetSQL.table, err)
+				return contract.OffsetClaim{}, wrapOffsets("reading the stored offsets", s.offsetSQL.table, err)
 			}
 		}
 	}
 	if s.cfg.LockTimeout > 0 {
 		if _, err := tx.ExecContext(ctx, s.sql.lockReset); err != nil {
-			return OffsetClaim{}, s.wrap("resetting the lock timeout", err)
+			return contract.OffsetClaim{}, s.wrap("resetting the lock timeout", err)
 		}
 	}
 	last := spans[len(spans)-1]
-	claim.Tx = &sqlInboxTx{tx: tx, joined: joined, wrap: s.wrap, setOutput: func(ctx context.Context, tx *sql.Tx, output []byte) error {
+	claim.Tx = &sqlstore.Tx{SQL: tx, Joined: joined, Wrap: s.wrap, SetOutput: func(ctx context.Context, tx *sql.Tx, output []byte) error {
 		_, err := tx.ExecContext(ctx, s.offsetSQL.setOutput, consumer, last.Topic, last.Partition, output)
 		return err
 	}}
@@ -321,7 +324,7 @@ func (s *SQLPostgresStore) claimOffsets(ctx context.Context, tx *sql.Tx, consume
 }
 
 // Offsets implements OffsetStore.
-func (s *SQLPostgresStore) Offsets(ctx context.Context, consumer string) ([]PartitionOffset, error) {
+func (s *SQLStore) Offsets(ctx context.Context, consumer string) ([]contract.PartitionOffset, error) {
 	query, args := s.offsetSQL.listAll, []any(nil)
 	if consumer != "" {
 		query, args = s.offsetSQL.list, []any{consumer}
@@ -334,13 +337,13 @@ func (s *SQLPostgresStore) Offsets(ctx context.Context, consumer string) ([]Part
 }
 
 // sqlOffsets runs a list statement of the offsets table.
-func sqlOffsets(ctx context.Context, db SQLDB, query string, args ...any) ([]PartitionOffset, error) {
+func sqlOffsets(ctx context.Context, db sqlstore.DB, query string, args ...any) ([]contract.PartitionOffset, error) {
 	rows, err := db.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var offsets []PartitionOffset
+	var offsets []contract.PartitionOffset
 	for rows.Next() {
 		o, err := scanPartitionOffset(rows.Scan)
 		if err != nil {
@@ -352,7 +355,7 @@ func sqlOffsets(ctx context.Context, db SQLDB, query string, args ...any) ([]Par
 }
 
 // SetOffset implements OffsetStore.
-func (s *SQLPostgresStore) SetOffset(ctx context.Context, consumer, topic string, partition int32, next int64) (bool, error) {
+func (s *SQLStore) SetOffset(ctx context.Context, consumer, topic string, partition int32, next int64) (bool, error) {
 	found, err := setOffsetSQL(ctx, s.db, sql.LevelReadCommitted, s.offsetSQL.del, s.offsetSQL.insert, consumer, topic, partition, next)
 	if err != nil {
 		return false, wrapOffsets("setting the offset", s.offsetSQL.table, err)
@@ -362,7 +365,7 @@ func (s *SQLPostgresStore) SetOffset(ctx context.Context, consumer, topic string
 
 // setOffsetSQL deletes a partition's row and, for a next offset that is not negative,
 // inserts it again with that offset, in one transaction.
-func setOffsetSQL(ctx context.Context, db SQLDB, isolation sql.IsolationLevel, del, insert, consumer, topic string, partition int32, next int64) (bool, error) {
+func setOffsetSQL(ctx context.Context, db sqlstore.DB, isolation sql.IsolationLevel, del, insert, consumer, topic string, partition int32, next int64) (bool, error) {
 	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: isolation})
 	if err != nil {
 		return false, err
@@ -376,13 +379,13 @@ func setOffsetSQL(ctx context.Context, db SQLDB, isolation sql.IsolationLevel, d
 		_, err = tx.ExecContext(ctx, insert, consumer, topic, partition, next)
 	}
 	if err != nil {
-		return false, join(err, rollbackSQL(tx))
+		return false, contract.Join(err, sqlstore.Rollback(tx))
 	}
 	return n > 0, tx.Commit()
 }
 
 // VerifyOffsets implements OffsetStore.
-func (s *SQLPostgresStore) VerifyOffsets(ctx context.Context) error {
+func (s *SQLStore) VerifyOffsets(ctx context.Context) error {
 	var n int
 	if err := s.db.QueryRowContext(ctx, s.offsetSQL.verify).Scan(&n); err != nil {
 		return wrapOffsets("checking the offsets table", s.offsetSQL.table, err)

@@ -1,4 +1,4 @@
-package inbox
+package mysqlstore
 
 import (
 	"context"
@@ -27,7 +27,7 @@ const mysqlUnknownVariable = 1193
 // same level, one round trip less. The store asks the server once, on its first claim,
 // before that claim's transaction, on a connection of its pool, and takes the answer for
 // every connection of the pool: they come from one DSN. See ADR 120.
-func (s *MySQLStore) beginIsolation(ctx context.Context) sql.IsolationLevel {
+func (s *Store) beginIsolation(ctx context.Context) sql.IsolationLevel {
 	if s.cfg.Isolation == sql.LevelReadCommitted && s.session.Load() == sessionUnknown {
 		s.askSessionIsolation(ctx)
 	}
@@ -36,7 +36,7 @@ func (s *MySQLStore) beginIsolation(ctx context.Context) sql.IsolationLevel {
 
 // known is level, or sql.LevelDefault when level is READ COMMITTED and the session is
 // known to be at it already. It asks nothing.
-func (s *MySQLStore) known(level sql.IsolationLevel) sql.IsolationLevel {
+func (s *Store) known(level sql.IsolationLevel) sql.IsolationLevel {
 	if level == sql.LevelReadCommitted && s.session.Load() == sessionReadCommitted {
 		return sql.LevelDefault
 	}
@@ -48,7 +48,7 @@ func (s *MySQLStore) known(level sql.IsolationLevel) sql.IsolationLevel {
 // before 11.1), @@SESSION.tx_isolation. An answer the server gives is kept; a failure
 // on the way (a broken connection, a context that ended) leaves the question for the
 // next claim.
-func (s *MySQLStore) askSessionIsolation(ctx context.Context) {
+func (s *Store) askSessionIsolation(ctx context.Context) {
 	var level string
 	err := s.db.QueryRowContext(ctx, "SELECT @@SESSION.transaction_isolation").Scan(&level)
 	var myErr *mysql.MySQLError

@@ -1,4 +1,4 @@
-package inbox
+package mysqlstore
 
 import (
 	"context"
@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/watermill-inbox/inbox/internal/contract"
+	"github.com/watermill-inbox/inbox/internal/sqlstore"
 )
 
 // Batches on MySQL, MariaDB and TiDB: InnoDB has no INSERT that reports which rows of a
@@ -27,7 +30,7 @@ import (
 // key bytes, sql_mode (NO_BACKSLASH_ESCAPES, ANSI_QUOTES) or character set, with no
 // parameter to bind, so a batch costs one round trip even without interpolateParams.
 
-var _ BatchStore = (*MySQLStore)(nil)
+var _ contract.BatchStore = (*Store)(nil)
 
 const (
 	// mysqlBatchChunk bounds the keys of one INSERT or read: 1000 keys of up to 255
@@ -39,33 +42,33 @@ const (
 )
 
 // ClaimBatch implements BatchStore. On MySQLVitess it fails with errors.ErrUnsupported.
-func (s *MySQLStore) ClaimBatch(ctx context.Context, recs []Record) (BatchClaim, error) {
+func (s *Store) ClaimBatch(ctx context.Context, recs []contract.Record) (contract.BatchClaim, error) {
 	if err := s.batchSupported(); err != nil {
-		return BatchClaim{}, err
+		return contract.BatchClaim{}, err
 	}
-	var claim BatchClaim
-	_, err := claimInNewTx(ctx, s.db, s.beginIsolation(ctx), s.wrap, Record{}, nil, func(tx *sql.Tx) (Claim, error) {
+	var claim contract.BatchClaim
+	_, err := sqlstore.ClaimInNewTx(ctx, s.db, s.beginIsolation(ctx), s.wrap, contract.Record{}, nil, func(tx *sql.Tx) (contract.Claim, error) {
 		var err error
 		claim, err = s.claimBatch(ctx, tx, recs, false)
 		if err != nil || claim.Tx == nil {
-			return Claim{Duplicate: true}, err // ends the transaction
+			return contract.Claim{Duplicate: true}, err // ends the transaction
 		}
-		return Claim{Tx: claim.Tx}, nil
+		return contract.Claim{Tx: claim.Tx}, nil
 	})
 	if err != nil {
-		return BatchClaim{}, err
+		return contract.BatchClaim{}, err
 	}
 	return claim, nil
 }
 
 // ClaimBatchIn implements BatchStore; tx must be a *sql.Tx.
-func (s *MySQLStore) ClaimBatchIn(ctx context.Context, tx any, recs []Record) (BatchClaim, error) {
+func (s *Store) ClaimBatchIn(ctx context.Context, tx any, recs []contract.Record) (contract.BatchClaim, error) {
 	if err := s.batchSupported(); err != nil {
-		return BatchClaim{}, err
+		return contract.BatchClaim{}, err
 	}
-	sqlTx, err := joinedSQLTx(tx, "MySQLStore")
+	sqlTx, err := sqlstore.JoinedTx(tx, "MySQLStore")
 	if err != nil {
-		return BatchClaim{}, err
+		return contract.BatchClaim{}, err
 	}
 	return s.claimBatch(ctx, sqlTx, recs, true)
 }
@@ -74,20 +77,20 @@ func (s *MySQLStore) ClaimBatchIn(ctx context.Context, tx any, recs []Record) (B
 // transaction under SINGLE cannot span, and under TWOPC a multi-shard INSERT that fails
 // on one shard (the optimistic claim's duplicate) makes vtgate roll back the whole
 // transaction.
-func (s *MySQLStore) batchSupported() error {
-	if s.cfg.Engine == MySQLVitess {
+func (s *Store) batchSupported() error {
+	if s.cfg.Engine == Vitess {
 		return fmt.Errorf("inbox: %w: MySQLStore on MySQLVitess does not claim batches: the keys of a batch live on many shards, which a transaction under SINGLE cannot span, and under TWOPC vtgate rolls back the whole transaction when an INSERT fails on one of them; process the messages one by one with Process", errors.ErrUnsupported)
 	}
 	return nil
 }
 
-func (s *MySQLStore) claimBatch(ctx context.Context, tx *sql.Tx, recs []Record, joined bool) (BatchClaim, error) {
-	claim := BatchClaim{Duplicate: make([]bool, len(recs)), Fingerprint: make([][]byte, len(recs))}
+func (s *Store) claimBatch(ctx context.Context, tx *sql.Tx, recs []contract.Record, joined bool) (contract.BatchClaim, error) {
+	claim := contract.BatchClaim{Duplicate: make([]bool, len(recs)), Fingerprint: make([][]byte, len(recs))}
 	mine := make(map[string]bool, len(recs)) // keys this claim inserted
 	var existing map[string][]byte           // keys found committed, with their fingerprints
 	err := s.withLockTimeout(ctx, tx, func(bound string) error {
 		for try := 0; ; try++ {
-			var todo []Record
+			var todo []contract.Record
 			for _, r := range recs {
 				if _, found := existing[r.Key]; !found && !mine[r.Key] {
 					todo = append(todo, r)
@@ -104,7 +107,7 @@ func (s *MySQLStore) claimBatch(ctx context.Context, tx *sql.Tx, recs []Record, 
 			case !errors.As(err, &myErr) || myErr.Number != mysqlDuplicateEntry:
 				return s.wrap("inserting the keys", err)
 			case try == mysqlBatchTries-1:
-				return fmt.Errorf("inbox: inserting the keys: other transactions committed keys of the batch %d times while it was claimed: %w", mysqlBatchTries, ErrContended)
+				return fmt.Errorf("inbox: inserting the keys: other transactions committed keys of the batch %d times while it was claimed: %w", mysqlBatchTries, contract.ErrContended)
 			}
 			if existing, err = s.readStoredBatch(ctx, tx, bound, recs, mine); err != nil {
 				return s.wrap("reading the stored keys", err)
@@ -112,7 +115,7 @@ func (s *MySQLStore) claimBatch(ctx context.Context, tx *sql.Tx, recs []Record, 
 		}
 	})
 	if err != nil {
-		return BatchClaim{}, err
+		return contract.BatchClaim{}, err
 	}
 	for i, r := range recs {
 		if fp, found := existing[r.Key]; found {
@@ -120,17 +123,17 @@ func (s *MySQLStore) claimBatch(ctx context.Context, tx *sql.Tx, recs []Record, 
 		}
 	}
 	if len(mine) > 0 {
-		claim.Tx = &sqlInboxTx{tx: tx, joined: joined, wrap: s.wrap}
+		claim.Tx = &sqlstore.Tx{SQL: tx, Joined: joined, Wrap: s.wrap}
 	}
 	return claim, nil
 }
 
 // insertBatch inserts recs, in chunks of mysqlBatchChunk keys, and returns the records
 // of the chunks that went in: a chunk that fails (1062) inserted nothing.
-func (s *MySQLStore) insertBatch(ctx context.Context, tx *sql.Tx, bound string, recs []Record) ([]Record, error) {
+func (s *Store) insertBatch(ctx context.Context, tx *sql.Tx, bound string, recs []contract.Record) ([]contract.Record, error) {
 	head := bound + "INSERT INTO `" + s.cfg.Table + "` (`consumer`, `key`, `fingerprint`) VALUES "
 	row := ")"
-	if s.cfg.Engine == MySQLTiDB {
+	if s.cfg.Engine == TiDB {
 		head = bound + "INSERT INTO `" + s.cfg.Table + "` (`consumer`, `key`, `fingerprint`, `processed_at`) VALUES "
 		row = ", UTC_TIMESTAMP(6))"
 	}
@@ -165,9 +168,9 @@ func (s *MySQLStore) insertBatch(ctx context.Context, tx *sql.Tx, bound string, 
 // with their fingerprints: a key another transaction holds is waited for, then seen as
 // it committed (or not at all, when it rolled back). Keys in mine, which this claim
 // inserted, are left out.
-func (s *MySQLStore) readStoredBatch(ctx context.Context, tx *sql.Tx, bound string, recs []Record, mine map[string]bool) (map[string][]byte, error) {
+func (s *Store) readStoredBatch(ctx context.Context, tx *sql.Tx, bound string, recs []contract.Record, mine map[string]bool) (map[string][]byte, error) {
 	lock := " LOCK IN SHARE MODE"
-	if s.cfg.Engine == MySQLTiDB {
+	if s.cfg.Engine == TiDB {
 		lock = " FOR UPDATE"
 	}
 	stored := map[string][]byte{}
@@ -209,7 +212,7 @@ func (s *MySQLStore) readStoredBatch(ctx context.Context, tx *sql.Tx, bound stri
 // bound: on MariaDB fn prefixes each statement with bound (SET STATEMENT ... FOR), on
 // MySQL the session's value is set before and restored after, whatever happened (as
 // for one key: see insert).
-func (s *MySQLStore) withLockTimeout(ctx context.Context, tx *sql.Tx, fn func(bound string) error) error {
+func (s *Store) withLockTimeout(ctx context.Context, tx *sql.Tx, fn func(bound string) error) error {
 	if s.cfg.LockTimeout <= 0 {
 		return fn("")
 	}

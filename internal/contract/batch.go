@@ -1,6 +1,8 @@
-package inbox
+package contract
 
-import "context"
+import (
+	"context"
+)
 
 // BatchStore is the optional interface of a Store that claims the keys of many messages
 // of one consumer at once, in one transaction: Inbox.ProcessBatch needs it. A store

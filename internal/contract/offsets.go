@@ -1,9 +1,43 @@
-package inbox
+package contract
 
 import (
 	"context"
+	"strconv"
 	"time"
 )
+
+// Offset mode: for a consumer of a log that delivers each partition in order, one
+// message at a time (Kafka), the inbox keeps no key per message but one row per
+// consumer, topic and partition holding the offset of the next record to process. A
+// record below it is a duplicate; a record at or past it is new, and the row moves past
+// it in the handler's transaction, in one statement. See Config.Position and
+// Inbox.ProcessOffsets.
+
+// NoLeaderEpoch is Position.LeaderEpoch when the client does not report it.
+const NoLeaderEpoch int32 = -1
+
+// Position is where a record sits in a partitioned log.
+type Position struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+	// LeaderEpoch is the partition leader epoch the record was written in (franz-go's
+	// Record.LeaderEpoch), which only grows along a partition's log: a record whose
+	// epoch does not fit the stored one's is from another log. Kafka's epochs start at
+	// 0: set NoLeaderEpoch (-1) when the client does not report it (Sarama does not).
+	LeaderEpoch int32
+	// Timestamp is the record's time; the zero time when unknown.
+	Timestamp time.Time
+	// TopicID identifies the topic across its deletion and re-creation (Kafka 3.1+,
+	// franz-go's FetchTopic.TopicID); nil when unknown.
+	TopicID []byte
+}
+
+// String returns "topic/partition/offset", the key offset mode reports the record by
+// (in observations and logs).
+func (p Position) String() string {
+	return p.Topic + "/" + strconv.FormatInt(int64(p.Partition), 10) + "/" + strconv.FormatInt(p.Offset, 10)
+}
 
 // OffsetStore is the optional interface of a Store that keeps offset mode's positions:
 // per consumer, topic and partition, the offset of the next record to process, moved

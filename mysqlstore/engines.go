@@ -1,4 +1,4 @@
-package inbox
+package mysqlstore
 
 import (
 	"context"
@@ -9,15 +9,18 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/watermill-inbox/inbox/internal/contract"
+	"github.com/watermill-inbox/inbox/internal/sqlstore"
 )
 
-// MySQLEngine names the server behind a MySQLStore's DSN, for what differs from MySQL's
+// Engine names the server behind a MySQLStore's DSN, for what differs from MySQL's
 // and MariaDB's InnoDB. See docs/distributed-sql.md.
-type MySQLEngine int
+type Engine int
 
 const (
-	// MySQLInnoDB is MySQL 8+ or MariaDB 10.11+ with InnoDB tables.
-	MySQLInnoDB MySQLEngine = iota
+	// InnoDB is MySQL 8+ or MariaDB 10.11+ with InnoDB tables.
+	InnoDB Engine = iota
 
 	// MySQLVitess is a vtgate of Vitess 0.24+ in front of a sharded keyspace. The store
 	// then:
@@ -32,24 +35,24 @@ const (
 	//     (xxhash vindex on `key`), so that a key and its attempts row share a shard;
 	//   - purges by reading the oldest keys first, then deleting them one by one, since
 	//     vtgate refuses a DELETE with ORDER BY and LIMIT across shards.
-	MySQLVitess
+	Vitess
 
 	// MySQLTiDB is TiDB 8+ in its default pessimistic transaction mode. The store then
 	// writes processed_at and started_at itself (TiDB refuses the schema's DEFAULT
 	// (UTC_TIMESTAMP(6)); CreateSchema and schema/tidb.sql leave it out), reads a
 	// duplicate's stored row with FOR UPDATE (TiDB refuses LOCK IN SHARE MODE), and
 	// accepts only READ COMMITTED and REPEATABLE READ, the levels TiDB has.
-	MySQLTiDB
+	TiDB
 )
 
 // String returns the engine's name.
-func (e MySQLEngine) String() string {
+func (e Engine) String() string {
 	switch e {
-	case MySQLInnoDB:
+	case InnoDB:
 		return "MySQLInnoDB"
-	case MySQLVitess:
+	case Vitess:
 		return "MySQLVitess"
-	case MySQLTiDB:
+	case TiDB:
 		return "MySQLTiDB"
 	}
 	return fmt.Sprintf("MySQLEngine(%d)", int(e))
@@ -66,33 +69,33 @@ const (
 // retries a pessimistic locking statement (a claim's INSERT, or its locking read) whose
 // keys others keep changing up to its pessimistic-txn.max-retry-count (256), then gives
 // up with that generic number. The statement did nothing; the message comes again.
-func (s *MySQLStore) tidbLockRetries(myErr *mysql.MySQLError) bool {
-	return s.cfg.Engine == MySQLTiDB && myErr.Number == tidbUnknownError && strings.Contains(myErr.Message, "retry limit reached")
+func (s *Store) tidbLockRetries(myErr *mysql.MySQLError) bool {
+	return s.cfg.Engine == TiDB && myErr.Number == tidbUnknownError && strings.Contains(myErr.Message, "retry limit reached")
 }
 
 // engineOf tells the engine from the server's VERSION(): TiDB's says "TiDB" (e.g.
 // "8.0.11-TiDB-v8.4.0"), vtgate's "Vitess" (e.g. "8.4.6-Vitess", answered by vtgate
 // itself for a SELECT VERSION() alone), MySQL's and MariaDB's neither. ok is false for
 // those: a server can be configured to say anything, so only a positive sighting counts.
-func engineOf(version string) (e MySQLEngine, ok bool) {
+func engineOf(version string) (e Engine, ok bool) {
 	switch {
 	case strings.Contains(version, "TiDB"):
-		return MySQLTiDB, true
+		return TiDB, true
 	case strings.Contains(version, "Vitess"):
-		return MySQLVitess, true
+		return Vitess, true
 	}
-	return MySQLInnoDB, false
+	return InnoDB, false
 }
 
-// MySQLEngineOf asks the server behind db which engine it is, from its VERSION():
+// EngineOf asks the server behind db which engine it is, from its VERSION():
 // MySQLTiDB or MySQLVitess when it says so, MySQLInnoDB otherwise (MySQL, MariaDB, or a
 // server configured to hide what it is). Set MySQLConfig.Engine from it when a program
 // takes DSNs of any of them (the inbox CLI does); a store whose Engine disagrees with
 // what the server says fails in CreateSchema and New, naming the setting.
-func MySQLEngineOf(ctx context.Context, db SQLDB) (MySQLEngine, error) {
+func EngineOf(ctx context.Context, db SQLDB) (Engine, error) {
 	var version string
 	if err := db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
-		return MySQLInnoDB, fmt.Errorf("inbox: reading the server's version: %w", err)
+		return InnoDB, fmt.Errorf("inbox: reading the server's version: %w", err)
 	}
 	e, _ := engineOf(version)
 	return e, nil
@@ -102,7 +105,7 @@ func MySQLEngineOf(ctx context.Context, db SQLDB) (MySQLEngine, error) {
 // Vitess to a store configured for another engine: TiDB refuses the schema's UTC
 // defaults (a raw error 1064), and on Vitess the store would send SET TRANSACTION that
 // vtgate keeps, and create no VSchema.
-func (s *MySQLStore) checkServerEngine(ctx context.Context) error {
+func (s *Store) checkServerEngine(ctx context.Context) error {
 	var version string
 	if err := s.db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
 		return s.wrap("reading the server's version", err)
@@ -119,17 +122,17 @@ const mysqlUTCDefault = " DEFAULT (UTC_TIMESTAMP(6))"
 
 // checkEngine validates the fields that depend on the engine; it runs before the
 // isolation level is defaulted.
-func (cfg MySQLConfig) checkEngine() error {
+func (cfg Config) checkEngine() error {
 	switch cfg.Engine {
-	case MySQLInnoDB:
+	case InnoDB:
 		if cfg.AllowBestEffortCommit {
 			return errors.New("AllowBestEffortCommit is set and Engine is MySQLInnoDB: it applies to MySQLVitess only")
 		}
-	case MySQLVitess:
+	case Vitess:
 		if cfg.Isolation != sql.LevelDefault {
 			return fmt.Errorf("Isolation is %v and Engine is MySQLVitess: vtgate keeps SET TRANSACTION ISOLATION LEVEL on its pooled connection for the application's next transactions; leave Isolation unset and set the level for every connection in the DSN (transaction_isolation=%%27READ-COMMITTED%%27)", cfg.Isolation)
 		}
-	case MySQLTiDB:
+	case TiDB:
 		if cfg.AllowBestEffortCommit {
 			return errors.New("AllowBestEffortCommit is set and Engine is MySQLTiDB: it applies to MySQLVitess only")
 		}
@@ -145,13 +148,13 @@ func (cfg MySQLConfig) checkEngine() error {
 }
 
 // forEngine adapts the InnoDB statements to engine e.
-func (q *mysqlQueries) forEngine(e MySQLEngine, table, attempts string) {
+func (q *mysqlQueries) forEngine(e Engine, table, attempts string) {
 	where := " WHERE `consumer` = ? AND `key` = ?"
 	switch e {
-	case MySQLTiDB:
+	case TiDB:
 		q.insert = "INSERT INTO " + table + " (`consumer`, `key`, `fingerprint`, `processed_at`) VALUES (?, ?, ?, UTC_TIMESTAMP(6))"
 		q.stored = "SELECT `fingerprint`, `output` FROM " + table + where + " FOR UPDATE"
-	case MySQLVitess:
+	case Vitess:
 		// Scatter reads of the oldest rows; vtgate merges the shards' sorted results.
 		q.purge = "SELECT `consumer`, `key` FROM " + table + " WHERE `processed_at` < ? ORDER BY `processed_at` LIMIT ?"
 		q.purgeAttempts = "SELECT `consumer`, `key` FROM " + attempts + " WHERE `started_at` < ? ORDER BY `started_at` LIMIT ?"
@@ -163,16 +166,16 @@ func (q *mysqlQueries) forEngine(e MySQLEngine, table, attempts string) {
 // mysqlSchemaFor returns the DDL of the store's tables for engine e: on Vitess, which
 // has no offset mode, without the offsets table (a table outside the VSchema of a
 // sharded keyspace could not be queried anyway).
-func mysqlSchemaFor(e MySQLEngine, table string) (string, error) {
-	ddl, err := MySQLSchema(table)
+func mysqlSchemaFor(e Engine, table string) (string, error) {
+	ddl, err := Schema(table)
 	switch {
 	case err != nil:
 		return "", err
-	case e == MySQLTiDB:
+	case e == TiDB:
 		return tidbSchema(ddl), nil
-	case e == MySQLVitess:
+	case e == Vitess:
 		var kept []string
-		for _, stmt := range sqlStatements(ddl) {
+		for _, stmt := range sqlstore.Statements(ddl) {
 			if !strings.Contains(stmt, "`"+table+"_offsets`") {
 				kept = append(kept, stmt)
 			}
@@ -190,8 +193,8 @@ func tidbSchema(ddl string) string {
 // ownIsolation is the level of the store's own short transactions (attempts, Forget,
 // purge): READ COMMITTED, except on Vitess, where setting it would stick to the
 // connection.
-func (s *MySQLStore) ownIsolation() sql.IsolationLevel {
-	if s.cfg.Engine == MySQLVitess {
+func (s *Store) ownIsolation() sql.IsolationLevel {
+	if s.cfg.Engine == Vitess {
 		return sql.LevelDefault
 	}
 	return sql.LevelReadCommitted
@@ -202,8 +205,8 @@ func (s *MySQLStore) ownIsolation() sql.IsolationLevel {
 // a moment after ALTER VSCHEMA returns, and its schema tracker may then serve an older
 // version again (a rebuild begun before the change): it returns once two reads 100 ms
 // apart both show the entries, and adds a lost one again.
-func (s *MySQLStore) createEngineSchema(ctx context.Context) error {
-	if s.cfg.Engine != MySQLVitess {
+func (s *Store) createEngineSchema(ctx context.Context) error {
+	if s.cfg.Engine != Vitess {
 		return nil
 	}
 	tables := []string{s.cfg.Table, s.cfg.Table + "_attempts"}
@@ -240,7 +243,7 @@ func (s *MySQLStore) createEngineSchema(ctx context.Context) error {
 }
 
 // vschemaTables returns the tables of the connection's keyspace's VSchema.
-func (s *MySQLStore) vschemaTables(ctx context.Context) (map[string]bool, error) {
+func (s *Store) vschemaTables(ctx context.Context) (map[string]bool, error) {
 	rows, err := s.db.QueryContext(ctx, "SHOW VSCHEMA TABLES")
 	if err != nil {
 		return nil, err
@@ -261,8 +264,8 @@ func (s *MySQLStore) vschemaTables(ctx context.Context) (map[string]bool, error)
 // a server of another engine than the config's (checkServerEngine); on Vitess, tables
 // missing from the VSchema (vtgate reports them only in its error
 // text), and a best-effort commit across shards.
-func (s *MySQLStore) verifyEngine(ctx context.Context) error {
-	if err := s.checkServerEngine(ctx); err != nil || s.cfg.Engine != MySQLVitess {
+func (s *Store) verifyEngine(ctx context.Context) error {
+	if err := s.checkServerEngine(ctx); err != nil || s.cfg.Engine != Vitess {
 		return err
 	}
 	known, err := s.vschemaTables(ctx)
@@ -271,7 +274,7 @@ func (s *MySQLStore) verifyEngine(ctx context.Context) error {
 	}
 	for _, t := range []string{s.cfg.Table, s.cfg.Table + "_attempts"} {
 		if !known[t] {
-			return fmt.Errorf("inbox: checking the tables: %w: table %q is not in the VSchema of the DSN's keyspace: run (*MySQLStore).CreateSchema, or create the tables of schema/mysql.sql and apply schema/vitess-vschema.json", ErrNoTable, t)
+			return fmt.Errorf("inbox: checking the tables: %w: table %q is not in the VSchema of the DSN's keyspace: run (*MySQLStore).CreateSchema, or create the tables of schema/mysql.sql and apply schema/vitess-vschema.json", contract.ErrNoTable, t)
 		}
 	}
 	if s.cfg.AllowBestEffortCommit {
@@ -291,9 +294,9 @@ func (s *MySQLStore) verifyEngine(ctx context.Context) error {
 
 // purgeVitess deletes up to limit keys older than before, and as many attempt rows: it
 // reads the oldest across the shards, then deletes each on its own shard.
-func (s *MySQLStore) purgeVitess(ctx context.Context, before time.Time, limit int) (Purged, error) {
+func (s *Store) purgeVitess(ctx context.Context, before time.Time, limit int) (contract.Purged, error) {
 	cutoff := before.UTC().Format(mysqlTimeFormat)
-	var n Purged
+	var n contract.Purged
 	var err error
 	if n.Attempts, err = s.purgeRows(ctx, s.sql.purgeAttempts, s.sql.purgeOneAttempt, cutoff, limit); err != nil {
 		return n, s.wrap("purging", err)
@@ -304,7 +307,7 @@ func (s *MySQLStore) purgeVitess(ctx context.Context, before time.Time, limit in
 	return n, nil
 }
 
-func (s *MySQLStore) purgeRows(ctx context.Context, oldest, deleteOne, cutoff string, limit int) (int64, error) {
+func (s *Store) purgeRows(ctx context.Context, oldest, deleteOne, cutoff string, limit int) (int64, error) {
 	rows, err := s.db.QueryContext(ctx, oldest, cutoff, limit)
 	if err != nil {
 		return 0, err

@@ -1,4 +1,4 @@
-package inbox
+package postgresstore
 
 import (
 	"context"
@@ -6,6 +6,9 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/watermill-inbox/inbox/internal/contract"
+	"github.com/watermill-inbox/inbox/internal/sqlstore"
 )
 
 // Batches on the PostgreSQL stores: every key in one statement,
@@ -22,8 +25,8 @@ import (
 // the transactions the insert waited for.
 
 var (
-	_ BatchStore = (*PostgresStore)(nil)
-	_ BatchStore = (*SQLPostgresStore)(nil)
+	_ contract.BatchStore = (*Store)(nil)
+	_ contract.BatchStore = (*SQLStore)(nil)
 )
 
 // postgresBatchQueries are the batch statements on table.
@@ -38,7 +41,7 @@ func newPostgresBatchQueries(schema, table string) postgresBatchQueries {
 }
 
 // batchArgs returns the statements' arrays: the keys and their fingerprints.
-func batchArgs(recs []Record) (keys []string, fingerprints [][]byte) {
+func batchArgs(recs []contract.Record) (keys []string, fingerprints [][]byte) {
 	keys = make([]string, len(recs))
 	fingerprints = make([][]byte, len(recs))
 	for i, r := range recs {
@@ -49,8 +52,8 @@ func batchArgs(recs []Record) (keys []string, fingerprints [][]byte) {
 
 // batchVerdicts turns the keys an insert returned into a BatchClaim without its
 // transaction, and lists the duplicates whose stored fingerprints are to be read.
-func batchVerdicts(recs []Record, inserted map[string]bool) (BatchClaim, []string) {
-	claim := BatchClaim{Duplicate: make([]bool, len(recs)), Fingerprint: make([][]byte, len(recs))}
+func batchVerdicts(recs []contract.Record, inserted map[string]bool) (contract.BatchClaim, []string) {
+	claim := contract.BatchClaim{Duplicate: make([]bool, len(recs)), Fingerprint: make([][]byte, len(recs))}
 	var dups []string
 	for i, r := range recs {
 		if !inserted[r.Key] {
@@ -63,14 +66,14 @@ func batchVerdicts(recs []Record, inserted map[string]bool) (BatchClaim, []strin
 
 // setStored fills in the duplicates' stored fingerprints; a duplicate whose row is gone
 // (Forget, a purge) since the insert makes the claim contended, as for one key.
-func setStored(recs []Record, claim BatchClaim, stored map[string][]byte) error {
+func setStored(recs []contract.Record, claim contract.BatchClaim, stored map[string][]byte) error {
 	for i, r := range recs {
 		if !claim.Duplicate[i] {
 			continue
 		}
 		fp, ok := stored[r.Key]
 		if !ok {
-			return fmt.Errorf("inbox: key %q vanished while being claimed: %w", r.Key, ErrContended)
+			return fmt.Errorf("inbox: key %q vanished while being claimed: %w", r.Key, contract.ErrContended)
 		}
 		claim.Fingerprint[i] = fp
 	}
@@ -78,30 +81,30 @@ func setStored(recs []Record, claim BatchClaim, stored map[string][]byte) error 
 }
 
 // ClaimBatch implements BatchStore.
-func (s *PostgresStore) ClaimBatch(ctx context.Context, recs []Record) (BatchClaim, error) {
+func (s *Store) ClaimBatch(ctx context.Context, recs []contract.Record) (contract.BatchClaim, error) {
 	if err := ctx.Err(); err != nil { // pgx would close the connection: see Claim
-		return BatchClaim{}, s.wrap("beginning the transaction", err)
+		return contract.BatchClaim{}, s.wrap("beginning the transaction", err)
 	}
 	if s.folded != nil {
 		return s.folded.claimBatch(ctx, recs)
 	}
 	tx, err := s.db.BeginTx(ctx, s.cfg.TxOptions)
 	if err != nil {
-		return BatchClaim{}, s.wrap("beginning the transaction", err)
+		return contract.BatchClaim{}, s.wrap("beginning the transaction", err)
 	}
 	claim, err := s.claimBatch(ctx, tx, recs, false)
 	if err != nil || claim.Tx == nil {
-		err = join(err, rollbackPgx(ctx, tx))
+		err = contract.Join(err, rollbackPgx(ctx, tx))
 		claim.Tx = nil
 	}
 	return claim, err
 }
 
 // ClaimBatchIn implements BatchStore; tx must be a pgx.Tx.
-func (s *PostgresStore) ClaimBatchIn(ctx context.Context, tx any, recs []Record) (BatchClaim, error) {
+func (s *Store) ClaimBatchIn(ctx context.Context, tx any, recs []contract.Record) (contract.BatchClaim, error) {
 	pgxTx, ok := tx.(pgx.Tx)
 	if !ok {
-		return BatchClaim{}, fmt.Errorf("inbox: the transaction in the context is a %T; PostgresStore joins only a pgx.Tx", tx)
+		return contract.BatchClaim{}, fmt.Errorf("inbox: the transaction in the context is a %T; PostgresStore joins only a pgx.Tx", tx)
 	}
 	return s.claimBatch(ctx, pgxTx, recs, true)
 }
@@ -109,7 +112,7 @@ func (s *PostgresStore) ClaimBatchIn(ctx context.Context, tx any, recs []Record)
 // claimBatch inserts the keys in tx, with the lock timeout around the insert, in one
 // round trip, and reads the duplicates' fingerprints in a second one when there are
 // any. Claim.Tx is nil when no key is new.
-func (s *PostgresStore) claimBatch(ctx context.Context, tx pgx.Tx, recs []Record, joined bool) (BatchClaim, error) {
+func (s *Store) claimBatch(ctx context.Context, tx pgx.Tx, recs []contract.Record, joined bool) (contract.BatchClaim, error) {
 	keys, fps := batchArgs(recs)
 	batch := &pgx.Batch{}
 	if s.sql.searchPath != "" && !joined { // as in claim: the handler's statements find the schema's tables
@@ -128,22 +131,22 @@ func (s *PostgresStore) claimBatch(ctx context.Context, tx pgx.Tx, recs []Record
 		batch.Queue(s.sql.lockReset)
 	}
 	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
-		return BatchClaim{}, s.wrap("inserting the keys", err)
+		return contract.BatchClaim{}, s.wrap("inserting the keys", err)
 	}
 	claim, dups := batchVerdicts(recs, inserted)
 	if len(dups) > 0 {
 		rows, err := tx.Query(ctx, s.batchSQL.stored, recs[0].Consumer, dups)
 		if err != nil {
-			return BatchClaim{}, s.wrap("reading the stored keys", err)
+			return contract.BatchClaim{}, s.wrap("reading the stored keys", err)
 		}
 		stored := make(map[string][]byte, len(dups))
 		var key string
 		var fp []byte
 		if _, err := pgx.ForEachRow(rows, []any{&key, &fp}, func() error { stored[key] = fp; return nil }); err != nil {
-			return BatchClaim{}, s.wrap("reading the stored keys", err)
+			return contract.BatchClaim{}, s.wrap("reading the stored keys", err)
 		}
 		if err := setStored(recs, claim, stored); err != nil {
-			return BatchClaim{}, err
+			return contract.BatchClaim{}, err
 		}
 	}
 	if len(dups) < len(recs) {
@@ -153,66 +156,66 @@ func (s *PostgresStore) claimBatch(ctx context.Context, tx pgx.Tx, recs []Record
 }
 
 // ClaimBatch implements BatchStore.
-func (s *SQLPostgresStore) ClaimBatch(ctx context.Context, recs []Record) (BatchClaim, error) {
-	var claim BatchClaim
-	_, err := claimInNewTx(ctx, s.db, s.cfg.Isolation, s.wrap, Record{}, nil, func(tx *sql.Tx) (Claim, error) {
+func (s *SQLStore) ClaimBatch(ctx context.Context, recs []contract.Record) (contract.BatchClaim, error) {
+	var claim contract.BatchClaim
+	_, err := sqlstore.ClaimInNewTx(ctx, s.db, s.cfg.Isolation, s.wrap, contract.Record{}, nil, func(tx *sql.Tx) (contract.Claim, error) {
 		var err error
 		claim, err = s.claimBatch(ctx, tx, recs, false)
 		if err != nil || claim.Tx == nil {
-			return Claim{Duplicate: true}, err // ends the transaction
+			return contract.Claim{Duplicate: true}, err // ends the transaction
 		}
-		return Claim{Tx: claim.Tx}, nil
+		return contract.Claim{Tx: claim.Tx}, nil
 	})
 	if err != nil {
-		return BatchClaim{}, err
+		return contract.BatchClaim{}, err
 	}
 	return claim, nil
 }
 
 // ClaimBatchIn implements BatchStore; tx must be a *sql.Tx.
-func (s *SQLPostgresStore) ClaimBatchIn(ctx context.Context, tx any, recs []Record) (BatchClaim, error) {
-	sqlTx, err := joinedSQLTx(tx, "SQLPostgresStore")
+func (s *SQLStore) ClaimBatchIn(ctx context.Context, tx any, recs []contract.Record) (contract.BatchClaim, error) {
+	sqlTx, err := sqlstore.JoinedTx(tx, "SQLPostgresStore")
 	if err != nil {
-		return BatchClaim{}, err
+		return contract.BatchClaim{}, err
 	}
 	return s.claimBatch(ctx, sqlTx, recs, true)
 }
 
 // claimBatch is PostgresStore.claimBatch on database/sql: pgx's stdlib driver encodes
 // the key and fingerprint slices as arrays.
-func (s *SQLPostgresStore) claimBatch(ctx context.Context, tx *sql.Tx, recs []Record, joined bool) (BatchClaim, error) {
+func (s *SQLStore) claimBatch(ctx context.Context, tx *sql.Tx, recs []contract.Record, joined bool) (contract.BatchClaim, error) {
 	keys, fps := batchArgs(recs)
 	if s.sql.searchPath != "" && !joined {
 		if _, err := tx.ExecContext(ctx, s.sql.searchPath); err != nil {
-			return BatchClaim{}, s.wrap("setting the search_path", err)
+			return contract.BatchClaim{}, s.wrap("setting the search_path", err)
 		}
 	}
 	if s.cfg.LockTimeout > 0 {
 		if _, err := tx.ExecContext(ctx, s.sql.lockSet, fmt.Sprintf("%dms", lockTimeoutMillis(s.cfg.LockTimeout))); err != nil {
-			return BatchClaim{}, s.wrap("setting the lock timeout", err)
+			return contract.BatchClaim{}, s.wrap("setting the lock timeout", err)
 		}
 	}
 	inserted, err := sqlKeys(ctx, tx, s.batchSQL.insert, recs[0].Consumer, keys, fps)
 	if err != nil {
-		return BatchClaim{}, s.wrap("inserting the keys", err)
+		return contract.BatchClaim{}, s.wrap("inserting the keys", err)
 	}
 	if s.cfg.LockTimeout > 0 {
 		if _, err := tx.ExecContext(ctx, s.sql.lockReset); err != nil {
-			return BatchClaim{}, s.wrap("resetting the lock timeout", err)
+			return contract.BatchClaim{}, s.wrap("resetting the lock timeout", err)
 		}
 	}
 	claim, dups := batchVerdicts(recs, inserted)
 	if len(dups) > 0 {
 		stored, err := sqlStored(ctx, tx, s.batchSQL.stored, recs[0].Consumer, dups)
 		if err != nil {
-			return BatchClaim{}, s.wrap("reading the stored keys", err)
+			return contract.BatchClaim{}, s.wrap("reading the stored keys", err)
 		}
 		if err := setStored(recs, claim, stored); err != nil {
-			return BatchClaim{}, err
+			return contract.BatchClaim{}, err
 		}
 	}
 	if len(dups) < len(recs) {
-		claim.Tx = &sqlInboxTx{tx: tx, joined: joined, wrap: s.wrap}
+		claim.Tx = &sqlstore.Tx{SQL: tx, Joined: joined, Wrap: s.wrap}
 	}
 	return claim, nil
 }

@@ -1,4 +1,4 @@
-package inbox
+package postgresstore
 
 import (
 	"context"
@@ -6,10 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/watermill-inbox/inbox/internal/contract"
+	"github.com/watermill-inbox/inbox/internal/sqlstore"
 )
 
-// SQLPostgresConfig configures a SQLPostgresStore.
-type SQLPostgresConfig struct {
+// SQLConfig configures a SQLPostgresStore.
+type SQLConfig struct {
 	// Table is the inbox table; the store also uses <Table>_attempts. Create both with
 	// schema/postgres.sql or CreateSchema. Defaults to "inbox".
 	Table string
@@ -38,7 +41,7 @@ type SQLPostgresConfig struct {
 	SearchPath bool
 }
 
-// SQLPostgresStore is a Store on PostgreSQL through database/sql, for services that use
+// SQLStore is a Store on PostgreSQL through database/sql, for services that use
 // pgx's stdlib driver (github.com/jackc/pgx/v5/stdlib) with sqlx, sqlc, GORM, ent or bun.
 // It uses the same tables as PostgresStore. Handlers get a *sql.Tx from TxFromContext.
 //
@@ -50,9 +53,9 @@ type SQLPostgresConfig struct {
 // When the message context ends, the handler's next statement fails and the middleware
 // rolls back (the store begins its transactions with the context's cancellation cut
 // off, so that database/sql does not close the connection under it).
-type SQLPostgresStore struct {
-	db  SQLDB
-	cfg SQLPostgresConfig
+type SQLStore struct {
+	db  sqlstore.DB
+	cfg SQLConfig
 	sql postgresQueries
 	// batchSQL claims batches (BatchStore), offsetSQL offsets (OffsetStore).
 	batchSQL  postgresBatchQueries
@@ -62,18 +65,18 @@ type SQLPostgresStore struct {
 	pooler *poolerCheck
 }
 
-var _ Store = (*SQLPostgresStore)(nil)
+var _ contract.Store = (*SQLStore)(nil)
 
-// NewSQLPostgresStore returns a SQLPostgresStore over db, a *sql.DB opened with pgx's
+// NewSQL returns a SQLPostgresStore over db, a *sql.DB opened with pgx's
 // stdlib driver. It checks the config but not the database; New verifies the tables.
-func NewSQLPostgresStore(db SQLDB, cfg SQLPostgresConfig) (*SQLPostgresStore, error) {
+func NewSQL(db SQLDB, cfg SQLConfig) (*SQLStore, error) {
 	if db == nil {
 		return nil, errors.New("inbox: invalid store config: db is nil: pass a *sql.DB opened with the \"pgx\" driver")
 	}
 	if cfg.Table == "" {
-		cfg.Table = DefaultTable
+		cfg.Table = contract.DefaultTable
 	}
-	if err := errors.Join(validateTable(cfg.Table), validateSchema(cfg.Schema, cfg.SearchPath)); err != nil {
+	if err := errors.Join(sqlstore.ValidateTable(cfg.Table), validateSchema(cfg.Schema, cfg.SearchPath)); err != nil {
 		return nil, fmt.Errorf("inbox: invalid store config: %w", err)
 	}
 	if cfg.Isolation == sql.LevelDefault {
@@ -82,19 +85,19 @@ func NewSQLPostgresStore(db SQLDB, cfg SQLPostgresConfig) (*SQLPostgresStore, er
 	if cfg.LockTimeout < 0 {
 		return nil, fmt.Errorf("inbox: invalid store config: LockTimeout is %v: use 0 for no bound, or a positive duration", cfg.LockTimeout)
 	}
-	return &SQLPostgresStore{db: db, cfg: cfg, sql: newPostgresQueries(cfg.Schema, cfg.Table, cfg.SearchPath),
+	return &SQLStore{db: db, cfg: cfg, sql: newPostgresQueries(cfg.Schema, cfg.Table, cfg.SearchPath),
 		batchSQL: newPostgresBatchQueries(cfg.Schema, cfg.Table), offsetSQL: newPostgresOffsetQueries(cfg.Schema, cfg.Table),
 		pooler: &poolerCheck{probe: sqlMovesTransactions(db)}}, nil
 }
 
 // CreateSchema creates the store's tables and index if they do not exist, with the DDL of
 // schema/postgres.sql, for users who do not run a migration tool.
-func (s *SQLPostgresStore) CreateSchema(ctx context.Context) error {
+func (s *SQLStore) CreateSchema(ctx context.Context) error {
 	ddl, err := postgresDDL(s.cfg.Schema, s.cfg.Table)
 	if err != nil {
 		return err
 	}
-	if err := dropOldAttempts(pgName(s.cfg.Schema, s.cfg.Table+"_attempts"), func(q string) error {
+	if err := sqlstore.DropOldAttempts(pgName(s.cfg.Schema, s.cfg.Table+"_attempts"), func(q string) error {
 		_, err := s.db.ExecContext(ctx, q)
 		return err
 	}); err != nil {
@@ -107,29 +110,29 @@ func (s *SQLPostgresStore) CreateSchema(ctx context.Context) error {
 }
 
 // Claim implements Store, for the inbox (not for you).
-func (s *SQLPostgresStore) Claim(ctx context.Context, rec Record) (Claim, error) {
+func (s *SQLStore) Claim(ctx context.Context, rec contract.Record) (contract.Claim, error) {
 	if rec.Attempt != "" {
 		if err := s.pooler.claim(ctx); err != nil {
-			return Claim{}, err
+			return contract.Claim{}, err
 		}
 	}
-	return claimInNewTx(ctx, s.db, s.cfg.Isolation, s.wrap, rec, pgSQLAttempts{s}, func(tx *sql.Tx) (Claim, error) {
+	return sqlstore.ClaimInNewTx(ctx, s.db, s.cfg.Isolation, s.wrap, rec, pgSQLAttempts{s}, func(tx *sql.Tx) (contract.Claim, error) {
 		return s.claim(ctx, tx, rec, false)
 	})
 }
 
 // ClaimIn implements Store, for the inbox (not for you); tx must be a *sql.Tx.
-func (s *SQLPostgresStore) ClaimIn(ctx context.Context, tx any, rec Record) (Claim, error) {
-	sqlTx, err := joinedSQLTx(tx, "SQLPostgresStore")
+func (s *SQLStore) ClaimIn(ctx context.Context, tx any, rec contract.Record) (contract.Claim, error) {
+	sqlTx, err := sqlstore.JoinedTx(tx, "SQLPostgresStore")
 	if err != nil {
-		return Claim{}, err
+		return contract.Claim{}, err
 	}
 	if rec.Attempt != "" {
 		if err := s.pooler.claim(ctx); err != nil {
-			return Claim{}, err
+			return contract.Claim{}, err
 		}
 	}
-	return claimJoinedSQL(ctx, s.db, sqlTx, rec, pgSQLAttempts{s}, s.wrap, func(tx *sql.Tx) (Claim, error) {
+	return sqlstore.ClaimJoined(ctx, s.db, sqlTx, rec, pgSQLAttempts{s}, s.wrap, func(tx *sql.Tx) (contract.Claim, error) {
 		return s.claim(ctx, tx, rec, true)
 	})
 }
@@ -137,43 +140,43 @@ func (s *SQLPostgresStore) ClaimIn(ctx context.Context, tx any, rec Record) (Cla
 // claim inserts the key and, only when it was there already, reads what the first
 // delivery stored: at READ COMMITTED that read takes a new snapshot after the insert's
 // wait, so it sees the row of the transaction that made it wait.
-func (s *SQLPostgresStore) claim(ctx context.Context, tx *sql.Tx, rec Record, joined bool) (Claim, error) {
+func (s *SQLStore) claim(ctx context.Context, tx *sql.Tx, rec contract.Record, joined bool) (contract.Claim, error) {
 	if s.sql.searchPath != "" && !joined {
 		if _, err := tx.ExecContext(ctx, s.sql.searchPath); err != nil {
-			return Claim{}, s.wrap("setting the search_path", err)
+			return contract.Claim{}, s.wrap("setting the search_path", err)
 		}
 	}
 	if s.cfg.LockTimeout > 0 {
 		if _, err := tx.ExecContext(ctx, s.sql.lockSet, fmt.Sprintf("%dms", lockTimeoutMillis(s.cfg.LockTimeout))); err != nil {
-			return Claim{}, s.wrap("setting the lock timeout", err)
+			return contract.Claim{}, s.wrap("setting the lock timeout", err)
 		}
 	}
 	res, err := tx.ExecContext(ctx, s.sql.insert, rec.Consumer, rec.Key, rec.Fingerprint)
 	if err != nil {
-		return Claim{}, s.wrap("inserting the key", err)
+		return contract.Claim{}, s.wrap("inserting the key", err)
 	}
 	if s.cfg.LockTimeout > 0 {
 		if _, err := tx.ExecContext(ctx, s.sql.lockReset); err != nil {
-			return Claim{}, s.wrap("resetting the lock timeout", err)
+			return contract.Claim{}, s.wrap("resetting the lock timeout", err)
 		}
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
-		return Claim{}, s.wrap("inserting the key", err)
+		return contract.Claim{}, s.wrap("inserting the key", err)
 	}
 	if n == 1 {
-		return Claim{Tx: &sqlInboxTx{tx: tx, joined: joined, wrap: s.wrap,
-			setOutput: func(ctx context.Context, tx *sql.Tx, output []byte) error {
+		return contract.Claim{Tx: &sqlstore.Tx{SQL: tx, Joined: joined, Wrap: s.wrap,
+			SetOutput: func(ctx context.Context, tx *sql.Tx, output []byte) error {
 				_, err := tx.ExecContext(ctx, s.sql.setOutput, rec.Consumer, rec.Key, output)
 				return err
 			}}}, nil
 	}
-	return readStoredSQL(ctx, tx, s.sql.stored, rec, s.wrap)
+	return sqlstore.ReadStored(ctx, tx, s.sql.stored, rec, s.wrap)
 }
 
 // Forget implements Store.
-func (s *SQLPostgresStore) Forget(ctx context.Context, consumer, key string) (bool, error) {
-	res, err := s.db.ExecContext(ctx, s.sql.forget, consumer, storableKey(key))
+func (s *SQLStore) Forget(ctx context.Context, consumer, key string) (bool, error) {
+	res, err := s.db.ExecContext(ctx, s.sql.forget, consumer, contract.StorableKey(key))
 	if err != nil {
 		return false, s.wrap("forgetting the key", err)
 	}
@@ -185,24 +188,24 @@ func (s *SQLPostgresStore) Forget(ctx context.Context, consumer, key string) (bo
 }
 
 // PurgeBatch implements Store, for inbox.Purge and inbox.PurgeEvery: call those.
-func (s *SQLPostgresStore) PurgeBatch(ctx context.Context, before time.Time, limit int) (Purged, error) {
-	var n Purged
+func (s *SQLStore) PurgeBatch(ctx context.Context, before time.Time, limit int) (contract.Purged, error) {
+	var n contract.Purged
 	if err := s.db.QueryRowContext(ctx, s.sql.purge, before, limit).Scan(&n.Keys, &n.Attempts); err != nil {
-		return Purged{}, s.wrap("purging", err)
+		return contract.Purged{}, s.wrap("purging", err)
 	}
 	return n, nil
 }
 
 // Stats implements Store.
-func (s *SQLPostgresStore) Stats(ctx context.Context) ([]ConsumerStats, error) {
+func (s *SQLStore) Stats(ctx context.Context) ([]contract.ConsumerStats, error) {
 	rows, err := s.db.QueryContext(ctx, s.sql.stats)
 	if err != nil {
 		return nil, s.wrap("reading stats", err)
 	}
 	defer rows.Close()
-	var stats []ConsumerStats
+	var stats []contract.ConsumerStats
 	for rows.Next() {
-		var c ConsumerStats
+		var c contract.ConsumerStats
 		if err := rows.Scan(&c.Consumer, &c.Keys, &c.Oldest); err != nil {
 			return nil, s.wrap("reading stats", err)
 		}
@@ -217,7 +220,7 @@ func (s *SQLPostgresStore) Stats(ctx context.Context) ([]ConsumerStats, error) {
 // Verify implements Store, for the inbox (not for you). It also fails, with
 // ErrStatementCache, when the driver uses pgx's statement cache through a pooler in
 // transaction mode (PgBouncer), where it cannot work.
-func (s *SQLPostgresStore) Verify(ctx context.Context) error {
+func (s *SQLStore) Verify(ctx context.Context) error {
 	cached, err := sqlStatementCache(ctx, s.db)
 	if err == nil {
 		err = s.pooler.statementCache(ctx, cached)
@@ -233,20 +236,20 @@ func (s *SQLPostgresStore) Verify(ctx context.Context) error {
 }
 
 // wrap names what failed and classifies PostgreSQL's own error codes.
-func (s *SQLPostgresStore) wrap(doing string, err error) error {
+func (s *SQLStore) wrap(doing string, err error) error {
 	return wrapPostgres(doing, s.sql.table, "(*SQLPostgresStore).CreateSchema", err)
 }
 
-// readStored implements storedReader: the row a committed key's first delivery stored,
+// ReadStored implements storedReader: the row a committed key's first delivery stored,
 // read outside any transaction (pgx's driver caches the statement: one round trip).
-func (s *SQLPostgresStore) readStored(ctx context.Context, rec Record) (Claim, bool, error) {
-	claim := Claim{Duplicate: true}
+func (s *SQLStore) ReadStored(ctx context.Context, rec contract.Record) (contract.Claim, bool, error) {
+	claim := contract.Claim{Duplicate: true}
 	err := s.db.QueryRowContext(ctx, s.sql.stored, rec.Consumer, rec.Key).Scan(&claim.Fingerprint, &claim.Output)
 	if errors.Is(err, sql.ErrNoRows) {
-		return Claim{}, false, nil
+		return contract.Claim{}, false, nil
 	}
 	if err != nil {
-		return Claim{}, false, s.wrap("reading the stored key", err)
+		return contract.Claim{}, false, s.wrap("reading the stored key", err)
 	}
 	return claim, true, nil
 }

@@ -1,4 +1,4 @@
-package inbox
+package postgresstore
 
 import (
 	"context"
@@ -11,12 +11,14 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/watermill-inbox/inbox/internal/contract"
 )
 
 // foldedClaim claims a key in one round trip: BEGIN and the key's INSERT in one
 // simple-protocol query (see PostgresStore), after the attempt's start when there is one.
 type foldedClaim struct {
-	s *PostgresStore
+	s *Store
 	// begin is the BEGIN of s.cfg.TxOptions; table and attempts the quoted table names,
 	// with their schema.
 	begin, table, attempts string
@@ -43,7 +45,7 @@ func pinPgx(db PgxDB) func(ctx context.Context) (*pgx.Conn, func(), error) {
 }
 
 // newFoldedClaim returns a foldedClaim for s, whose pin is set.
-func newFoldedClaim(s *PostgresStore) *foldedClaim {
+func newFoldedClaim(s *Store) *foldedClaim {
 	f := &foldedClaim{s: s, table: s.sql.table, attempts: pgName(s.cfg.Schema, s.cfg.Table+"_attempts")}
 	o := s.cfg.TxOptions
 	f.begin = "begin isolation level " + string(o.IsoLevel) // as pgx's own BeginTx writes it
@@ -59,10 +61,10 @@ func newFoldedClaim(s *PostgresStore) *foldedClaim {
 // pgUniqueViolation is PostgreSQL's unique_violation: the key is there already.
 const pgUniqueViolation = "23505"
 
-func (f *foldedClaim) claim(ctx context.Context, rec Record) (Claim, error) {
+func (f *foldedClaim) claim(ctx context.Context, rec contract.Record) (contract.Claim, error) {
 	conn, release, err := f.s.pin(ctx)
 	if err != nil {
-		return Claim{}, f.s.wrap("acquiring a connection", err)
+		return contract.Claim{}, f.s.wrap("acquiring a connection", err)
 	}
 	query, ok := f.beginInsert(conn.PgConn(), rec)
 	if !ok { // not provably safe to quote: the parameterized claim, on this connection
@@ -73,12 +75,12 @@ func (f *foldedClaim) claim(ctx context.Context, rec Record) (Claim, error) {
 	opts.BeginQuery = query
 	tx, err := conn.BeginTx(ctx, opts)
 	if err == nil {
-		claim := Claim{Tx: &pgxInboxTx{tx: tx, store: f.s, rec: rec, release: release}}
+		claim := contract.Claim{Tx: &pgxInboxTx{tx: tx, store: f.s, rec: rec, release: release}}
 		if rec.Attempt != "" {
 			if claim.Unfinished, err = f.s.unfinishedPgx(ctx, tx, rec); err != nil {
-				err = join(f.s.wrap("counting the attempts", err), f.s.releasePgx(ctx, conn, rec, true))
+				err = contract.Join(f.s.wrap("counting the attempts", err), f.s.releasePgx(ctx, conn, rec, true))
 				release()
-				return Claim{}, err
+				return contract.Claim{}, err
 			}
 		}
 		return claim, nil
@@ -99,14 +101,14 @@ func (f *foldedClaim) claim(ctx context.Context, rec Record) (Claim, error) {
 			_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
 		}
 	}
-	return Claim{}, f.s.wrap("inserting the key", err)
+	return contract.Claim{}, f.s.wrap("inserting the key", err)
 }
 
 // duplicate rolls back the transaction the duplicate key aborted, ends the attempt if
 // there is one, and reads what the first delivery stored, in one round trip; at READ
 // COMMITTED, outside the transaction, the read sees the committed row that made the
 // insert fail.
-func (f *foldedClaim) duplicate(ctx context.Context, conn *pgx.Conn, rec Record) (Claim, error) {
+func (f *foldedClaim) duplicate(ctx context.Context, conn *pgx.Conn, rec contract.Record) (contract.Claim, error) {
 	q := "ROLLBACK; "
 	if rec.Attempt != "" {
 		tok := quoteLiteral(rec.Attempt)
@@ -118,19 +120,19 @@ func (f *foldedClaim) duplicate(ctx context.Context, conn *pgx.Conn, rec Record)
 		" WHERE consumer = " + quoteLiteral(rec.Consumer) + " AND key = " + quoteLiteral(rec.Key)
 	results, err := conn.PgConn().Exec(context.WithoutCancel(ctx), q).ReadAll()
 	if err != nil {
-		return Claim{}, f.s.wrap("reading the stored key", err)
+		return contract.Claim{}, f.s.wrap("reading the stored key", err)
 	}
 	last := len(results) - 1
 	if last < 1 || len(results[last].Rows) == 0 { // deleted (Forget, purge) since the insert
-		return Claim{}, fmt.Errorf("inbox: the key vanished while being claimed: %w", ErrContended)
+		return contract.Claim{}, fmt.Errorf("inbox: the key vanished while being claimed: %w", contract.ErrContended)
 	}
 	row := results[last].Rows[0]
-	claim := Claim{Duplicate: true}
+	claim := contract.Claim{Duplicate: true}
 	if claim.Fingerprint, err = decodeHex(row[0]); err == nil {
 		claim.Output, err = decodeHex(row[1])
 	}
 	if err != nil {
-		return Claim{}, f.s.wrap("reading the stored key", err)
+		return contract.Claim{}, f.s.wrap("reading the stored key", err)
 	}
 	return claim, nil
 }
@@ -152,7 +154,7 @@ func decodeHex(text []byte) ([]byte, error) {
 // with standard_conforming_strings on (a backslash is then an ordinary character) and a
 // UTF8 client encoding (no multibyte character can hide a quote), for valid UTF-8 text
 // without NUL.
-func (f *foldedClaim) beginInsert(conn *pgconn.PgConn, rec Record) (string, bool) {
+func (f *foldedClaim) beginInsert(conn *pgconn.PgConn, rec contract.Record) (string, bool) {
 	if conn.ParameterStatus("standard_conforming_strings") != "on" || conn.ParameterStatus("client_encoding") != "UTF8" ||
 		!literalSafe(rec.Consumer) || !literalSafe(rec.Key) {
 		return "", false
@@ -206,16 +208,16 @@ func quoteLiteral(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
 }
 
-// readStored implements storedReader: the row a committed key's first delivery stored,
+// ReadStored implements storedReader: the row a committed key's first delivery stored,
 // read outside any transaction.
-func (s *PostgresStore) readStored(ctx context.Context, rec Record) (Claim, bool, error) {
-	claim := Claim{Duplicate: true}
+func (s *Store) ReadStored(ctx context.Context, rec contract.Record) (contract.Claim, bool, error) {
+	claim := contract.Claim{Duplicate: true}
 	err := s.db.QueryRow(ctx, s.sql.stored, rec.Consumer, rec.Key).Scan(&claim.Fingerprint, &claim.Output)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Claim{}, false, nil
+		return contract.Claim{}, false, nil
 	}
 	if err != nil {
-		return Claim{}, false, s.wrap("reading the stored key", err)
+		return contract.Claim{}, false, s.wrap("reading the stored key", err)
 	}
 	return claim, true, nil
 }

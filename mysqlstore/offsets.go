@@ -1,4 +1,4 @@
-package inbox
+package mysqlstore
 
 import (
 	"context"
@@ -9,6 +9,9 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/watermill-inbox/inbox/internal/contract"
+	"github.com/watermill-inbox/inbox/internal/sqlstore"
 )
 
 // Offset mode on MySQL, MariaDB and TiDB: one INSERT ... ON DUPLICATE KEY UPDATE per
@@ -30,7 +33,7 @@ import (
 // transaction (the conformance case OffsetMiddlewareRefusesWhatWouldLoseMessages hung
 // on it). An insert takes no gap lock.
 
-var _ OffsetStore = (*MySQLStore)(nil)
+var _ contract.OffsetStore = (*Store)(nil)
 
 // LAST_INSERT_ID values of the claim statement.
 const (
@@ -38,11 +41,11 @@ const (
 	mysqlOffsetMoved    = 1
 )
 
-func (s *MySQLStore) offsetsTable() string { return "`" + s.cfg.Table + "_offsets`" }
+func (s *Store) offsetsTable() string { return "`" + s.cfg.Table + "_offsets`" }
 
 // offsetsSupported refuses offset mode on Vitess.
-func (s *MySQLStore) offsetsSupported() error {
-	if s.cfg.Engine == MySQLVitess {
+func (s *Store) offsetsSupported() error {
+	if s.cfg.Engine == Vitess {
 		return fmt.Errorf("inbox: %w: MySQLStore on MySQLVitess has no offset mode: use key mode", errors.ErrUnsupported)
 	}
 	return nil
@@ -52,7 +55,7 @@ func (s *MySQLStore) offsetsSupported() error {
 func mysqlInt[T int32 | int64](n T) string { return strconv.FormatInt(int64(n), 10) }
 
 // claimOffsetSQL returns the claim statement of one span.
-func (s *MySQLStore) claimOffsetSQL(consumer string, span OffsetSpan) string {
+func (s *Store) claimOffsetSQL(consumer string, span contract.OffsetSpan) string {
 	topicID := "NULL"
 	if span.TopicID != nil {
 		topicID = hexLiteral(span.TopicID)
@@ -78,41 +81,41 @@ func whereOffset(consumer, topic string, partition int32) string {
 }
 
 // ClaimOffsets implements OffsetStore.
-func (s *MySQLStore) ClaimOffsets(ctx context.Context, consumer string, spans []OffsetSpan) (OffsetClaim, error) {
+func (s *Store) ClaimOffsets(ctx context.Context, consumer string, spans []contract.OffsetSpan) (contract.OffsetClaim, error) {
 	if err := s.offsetsSupported(); err != nil {
-		return OffsetClaim{}, err
+		return contract.OffsetClaim{}, err
 	}
-	var claim OffsetClaim
-	_, err := claimInNewTx(ctx, s.db, s.beginIsolation(ctx), s.wrap, Record{}, nil, func(tx *sql.Tx) (Claim, error) {
+	var claim contract.OffsetClaim
+	_, err := sqlstore.ClaimInNewTx(ctx, s.db, s.beginIsolation(ctx), s.wrap, contract.Record{}, nil, func(tx *sql.Tx) (contract.Claim, error) {
 		var err error
 		claim, err = s.claimOffsets(ctx, tx, consumer, spans, false)
 		if err != nil {
-			return Claim{}, err
+			return contract.Claim{}, err
 		}
-		return Claim{Tx: claim.Tx.(*sqlInboxTx)}, nil
+		return contract.Claim{Tx: claim.Tx.(*sqlstore.Tx)}, nil
 	})
 	if err != nil {
-		return OffsetClaim{}, err
+		return contract.OffsetClaim{}, err
 	}
 	return claim, nil
 }
 
 // ClaimOffsetsIn implements OffsetStore; tx must be a *sql.Tx.
-func (s *MySQLStore) ClaimOffsetsIn(ctx context.Context, tx any, consumer string, spans []OffsetSpan) (OffsetClaim, error) {
+func (s *Store) ClaimOffsetsIn(ctx context.Context, tx any, consumer string, spans []contract.OffsetSpan) (contract.OffsetClaim, error) {
 	if err := s.offsetsSupported(); err != nil {
-		return OffsetClaim{}, err
+		return contract.OffsetClaim{}, err
 	}
-	sqlTx, err := joinedSQLTx(tx, "MySQLStore")
+	sqlTx, err := sqlstore.JoinedTx(tx, "MySQLStore")
 	if err != nil {
-		return OffsetClaim{}, err
+		return contract.OffsetClaim{}, err
 	}
 	return s.claimOffsets(ctx, sqlTx, consumer, spans, true)
 }
 
-func (s *MySQLStore) claimOffsets(ctx context.Context, tx *sql.Tx, consumer string, spans []OffsetSpan, joined bool) (OffsetClaim, error) {
-	claim := OffsetClaim{Partitions: make([]PartitionState, len(spans))}
+func (s *Store) claimOffsets(ctx context.Context, tx *sql.Tx, consumer string, spans []contract.OffsetSpan, joined bool) (contract.OffsetClaim, error) {
+	claim := contract.OffsetClaim{Partitions: make([]contract.PartitionState, len(spans))}
 	err := s.withLockTimeout(ctx, tx, func(bound string) error {
-		if s.cfg.Engine == MySQLTiDB {
+		if s.cfg.Engine == TiDB {
 			return s.moveOffsetsTiDB(ctx, tx, bound, consumer, spans, claim.Partitions)
 		}
 		for i, span := range spans {
@@ -129,7 +132,7 @@ func (s *MySQLStore) claimOffsets(ctx context.Context, tx *sql.Tx, consumer stri
 		return nil
 	})
 	if err != nil {
-		return OffsetClaim{}, err
+		return contract.OffsetClaim{}, err
 	}
 	lock := " FOR UPDATE" // the row is ours already: the locking read sees it as it is, at any isolation level
 	for i, span := range spans {
@@ -140,14 +143,14 @@ func (s *MySQLStore) claimOffsets(ctx context.Context, tx *sql.Tx, consumer stri
 		err := tx.QueryRowContext(ctx, "SELECT `next_offset`, `leader_epoch`, `max_timestamp`, `topic_id`, `output` FROM "+s.offsetsTable()+
 			whereOffset(consumer, span.Topic, span.Partition)+lock).Scan(&st.Next, &st.LeaderEpoch, &st.MaxTimestamp, &st.TopicID, &st.Output)
 		if err != nil {
-			return OffsetClaim{}, s.wrapOffsets("reading the stored offsets", err)
+			return contract.OffsetClaim{}, s.wrapOffsets("reading the stored offsets", err)
 		}
 	}
 	last := spans[len(spans)-1]
-	claim.Tx = &sqlInboxTx{tx: tx, joined: joined, wrap: s.wrap, setOutput: func(ctx context.Context, tx *sql.Tx, output []byte) error {
+	claim.Tx = &sqlstore.Tx{SQL: tx, Joined: joined, Wrap: s.wrap, SetOutput: func(ctx context.Context, tx *sql.Tx, output []byte) error {
 		_, err := tx.ExecContext(ctx, "UPDATE "+s.offsetsTable()+" SET `output` = ?"+whereOffset(consumer, last.Topic, last.Partition), output)
 		if errors.Is(err, mysql.ErrPktTooLarge) {
-			return fmt.Errorf("%w: %d bytes of produced messages exceed maxAllowedPacket of the DSN: raise it: %w", ErrOutputTooLarge, len(output), err)
+			return fmt.Errorf("%w: %d bytes of produced messages exceed maxAllowedPacket of the DSN: raise it: %w", contract.ErrOutputTooLarge, len(output), err)
 		}
 		return err
 	}}
@@ -155,7 +158,7 @@ func (s *MySQLStore) claimOffsets(ctx context.Context, tx *sql.Tx, consumer stri
 }
 
 // Offsets implements OffsetStore.
-func (s *MySQLStore) Offsets(ctx context.Context, consumer string) ([]PartitionOffset, error) {
+func (s *Store) Offsets(ctx context.Context, consumer string) ([]contract.PartitionOffset, error) {
 	if err := s.offsetsSupported(); err != nil {
 		return nil, err
 	}
@@ -168,9 +171,9 @@ func (s *MySQLStore) Offsets(ctx context.Context, consumer string) ([]PartitionO
 		return nil, s.wrapOffsets("reading the offsets", err)
 	}
 	defer rows.Close()
-	var offsets []PartitionOffset
+	var offsets []contract.PartitionOffset
 	for rows.Next() {
-		var o PartitionOffset
+		var o contract.PartitionOffset
 		var ms int64
 		var updated string
 		if err := rows.Scan(&o.Consumer, &o.Topic, &o.Partition, &o.Next, &o.LeaderEpoch, &ms, &o.TopicID, &updated); err != nil {
@@ -191,7 +194,7 @@ func (s *MySQLStore) Offsets(ctx context.Context, consumer string) ([]PartitionO
 }
 
 // SetOffset implements OffsetStore.
-func (s *MySQLStore) SetOffset(ctx context.Context, consumer, topic string, partition int32, next int64) (bool, error) {
+func (s *Store) SetOffset(ctx context.Context, consumer, topic string, partition int32, next int64) (bool, error) {
 	if err := s.offsetsSupported(); err != nil {
 		return false, err
 	}
@@ -222,7 +225,7 @@ func (s *MySQLStore) SetOffset(ctx context.Context, consumer, topic string, part
 }
 
 // VerifyOffsets implements OffsetStore.
-func (s *MySQLStore) VerifyOffsets(ctx context.Context) error {
+func (s *Store) VerifyOffsets(ctx context.Context) error {
 	if err := s.offsetsSupported(); err != nil {
 		return err
 	}
@@ -236,11 +239,11 @@ func (s *MySQLStore) VerifyOffsets(ctx context.Context) error {
 }
 
 // wrapOffsets names what failed and says how to create a missing offsets table.
-func (s *MySQLStore) wrapOffsets(doing string, err error) error {
+func (s *Store) wrapOffsets(doing string, err error) error {
 	var myErr *mysql.MySQLError
 	if errors.As(err, &myErr) && (myErr.Number == mysqlNoSuchTable || myErr.Number == mysqlBadField) {
 		return fmt.Errorf("inbox: %s: %w: table %q is missing or outdated: run migration 000003, schema/mysql.sql (schema/tidb.sql on TiDB), `inbox schema mysql` or CreateSchema: %w",
-			doing, ErrNoTable, s.cfg.Table+"_offsets", err)
+			doing, contract.ErrNoTable, s.cfg.Table+"_offsets", err)
 	}
 	return s.wrap(doing, err)
 }
@@ -251,7 +254,7 @@ func (s *MySQLStore) wrapOffsets(doing string, err error) error {
 // and for the others a plain INSERT adds a missing row (moved), or fails with 1062,
 // which TiDB undoes alone, for a row that is there; the locking read that follows
 // locks it.
-func (s *MySQLStore) moveOffsetsTiDB(ctx context.Context, tx *sql.Tx, bound, consumer string, spans []OffsetSpan, states []PartitionState) error {
+func (s *Store) moveOffsetsTiDB(ctx context.Context, tx *sql.Tx, bound, consumer string, spans []contract.OffsetSpan, states []contract.PartitionState) error {
 	for i, span := range spans {
 		topicID := "NULL"
 		if span.TopicID != nil {
