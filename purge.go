@@ -7,11 +7,13 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+
+	"github.com/watermill-inbox/inbox/internal/contract"
 )
 
 // DefaultMinRetention is PurgeConfig.MinRetention's default: seven days, Kafka's default
 // topic retention (retention.ms).
-const DefaultMinRetention = 7 * 24 * time.Hour
+const DefaultMinRetention = contract.DefaultMinRetention
 
 // DefaultPurgeBatch is PurgeConfig.BatchSize's default.
 const DefaultPurgeBatch = 10_000

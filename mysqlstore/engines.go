@@ -6,12 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/go-sql-driver/mysql"
-
-	"github.com/watermill-inbox/inbox/internal/contract"
-	"github.com/watermill-inbox/inbox/internal/sqlstore"
 )
 
 // Engine names the server behind a MySQLStore's DSN, for what differs from MySQL's
@@ -117,9 +113,6 @@ func (s *Store) checkServerEngine(ctx context.Context) error {
 	return nil
 }
 
-// mysqlUTCDefault is the column default TiDB refuses.
-const mysqlUTCDefault = " DEFAULT (UTC_TIMESTAMP(6))"
-
 // checkEngine validates the fields that depend on the engine; it runs before the
 // isolation level is defaulted.
 func (cfg Config) checkEngine() error {
@@ -163,33 +156,6 @@ func (q *mysqlQueries) forEngine(e Engine, table, attempts string) {
 	}
 }
 
-// mysqlSchemaFor returns the DDL of the store's tables for engine e: on Vitess, which
-// has no offset mode, without the offsets table (a table outside the VSchema of a
-// sharded keyspace could not be queried anyway).
-func mysqlSchemaFor(e Engine, table string) (string, error) {
-	ddl, err := Schema(table)
-	switch {
-	case err != nil:
-		return "", err
-	case e == TiDB:
-		return tidbSchema(ddl), nil
-	case e == Vitess:
-		var kept []string
-		for _, stmt := range sqlstore.Statements(ddl) {
-			if !strings.Contains(stmt, "`"+table+"_offsets`") {
-				kept = append(kept, stmt)
-			}
-		}
-		return strings.Join(kept, ";\n") + ";\n", nil
-	}
-	return ddl, nil
-}
-
-// tidbSchema is schema/mysql.sql without the server-side UTC defaults.
-func tidbSchema(ddl string) string {
-	return strings.ReplaceAll(ddl, mysqlUTCDefault, "")
-}
-
 // ownIsolation is the level of the store's own short transactions (attempts, Forget,
 // purge): READ COMMITTED, except on Vitess, where setting it would stick to the
 // connection.
@@ -198,143 +164,4 @@ func (s *Store) ownIsolation() sql.IsolationLevel {
 		return sql.LevelDefault
 	}
 	return sql.LevelReadCommitted
-}
-
-// createEngineSchema runs what CreateSchema needs beyond the DDL: on Vitess, the VSchema
-// entries of both tables, unless the keyspace has them already. vtgate serves a change
-// a moment after ALTER VSCHEMA returns, and its schema tracker may then serve an older
-// version again (a rebuild begun before the change): it returns once two reads 100 ms
-// apart both show the entries, and adds a lost one again.
-func (s *Store) createEngineSchema(ctx context.Context) error {
-	if s.cfg.Engine != Vitess {
-		return nil
-	}
-	tables := []string{s.cfg.Table, s.cfg.Table + "_attempts"}
-	seen := false // the last read showed both
-	for try := 0; ; try++ {
-		known, err := s.vschemaTables(ctx)
-		if err != nil {
-			return fmt.Errorf("inbox: reading the keyspace's VSchema: %w", err)
-		}
-		missing := 0
-		for _, t := range tables {
-			if known[t] {
-				continue
-			}
-			missing++
-			stmt := "ALTER VSCHEMA ON `" + t + "` ADD VINDEX `xxhash`(`key`) USING `xxhash`"
-			if _, err := s.db.ExecContext(ctx, stmt); err != nil {
-				return fmt.Errorf("inbox: adding %q to the keyspace's VSchema (%s: run it as a user vtgate's --vschema-ddl-authorized-users allows, or apply schema/vitess-vschema.json with vtctldclient ApplyVSchema): %w", t, stmt, err)
-			}
-		}
-		if missing == 0 && seen {
-			return nil
-		}
-		seen = missing == 0
-		if try == 20 {
-			return fmt.Errorf("inbox: vtgate does not serve the VSchema entries of %q and %q after 20 ALTER VSCHEMA rounds", tables[0], tables[1])
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
-// vschemaTables returns the tables of the connection's keyspace's VSchema.
-func (s *Store) vschemaTables(ctx context.Context) (map[string]bool, error) {
-	rows, err := s.db.QueryContext(ctx, "SHOW VSCHEMA TABLES")
-	if err != nil {
-		return nil, err
-	}
-	known := map[string]bool{}
-	for rows.Next() {
-		var name string
-		if err := rows.Scan(&name); err != nil {
-			_ = rows.Close()
-			return nil, err
-		}
-		known[name] = true
-	}
-	return known, errors.Join(rows.Err(), rows.Close())
-}
-
-// verifyEngine checks, before the tables are read, what New must refuse on the engine:
-// a server of another engine than the config's (checkServerEngine); on Vitess, tables
-// missing from the VSchema (vtgate reports them only in its error
-// text), and a best-effort commit across shards.
-func (s *Store) verifyEngine(ctx context.Context) error {
-	if err := s.checkServerEngine(ctx); err != nil || s.cfg.Engine != Vitess {
-		return err
-	}
-	known, err := s.vschemaTables(ctx)
-	if err != nil {
-		return s.wrap("reading the keyspace's VSchema", err)
-	}
-	for _, t := range []string{s.cfg.Table, s.cfg.Table + "_attempts"} {
-		if !known[t] {
-			return fmt.Errorf("inbox: checking the tables: %w: table %q is not in the VSchema of the DSN's keyspace: run (*MySQLStore).CreateSchema, or create the tables of schema/mysql.sql and apply schema/vitess-vschema.json", contract.ErrNoTable, t)
-		}
-	}
-	if s.cfg.AllowBestEffortCommit {
-		return nil
-	}
-	var mode string
-	if err := s.db.QueryRowContext(ctx, "SELECT @@transaction_mode").Scan(&mode); err != nil {
-		return s.wrap("reading vtgate's transaction_mode", err)
-	}
-	if strings.EqualFold(mode, "MULTI") {
-		return errors.New("inbox: vtgate's transaction_mode is MULTI, where a commit across shards is best-effort and can commit the key without the handler's writes or the other way round: " +
-			"put the handler's rows on the key's shard and use SINGLE (transaction_mode=%27SINGLE%27 in the DSN), or TWOPC (docs/distributed-sql.md: after crashes it can leave unresolved transactions), " +
-			"or set MySQLConfig.AllowBestEffortCommit if your handlers write to the key's shard only")
-	}
-	return nil
-}
-
-// purgeVitess deletes up to limit keys older than before, and as many attempt rows: it
-// reads the oldest across the shards, then deletes each on its own shard.
-func (s *Store) purgeVitess(ctx context.Context, before time.Time, limit int) (contract.Purged, error) {
-	cutoff := before.UTC().Format(mysqlTimeFormat)
-	var n contract.Purged
-	var err error
-	if n.Attempts, err = s.purgeRows(ctx, s.sql.purgeAttempts, s.sql.purgeOneAttempt, cutoff, limit); err != nil {
-		return n, s.wrap("purging", err)
-	}
-	if n.Keys, err = s.purgeRows(ctx, s.sql.purge, s.sql.purgeOne, cutoff, limit); err != nil {
-		return n, s.wrap("purging", err)
-	}
-	return n, nil
-}
-
-func (s *Store) purgeRows(ctx context.Context, oldest, deleteOne, cutoff string, limit int) (int64, error) {
-	rows, err := s.db.QueryContext(ctx, oldest, cutoff, limit)
-	if err != nil {
-		return 0, err
-	}
-	var keys [][2][]byte
-	for rows.Next() {
-		var k [2][]byte
-		if err := rows.Scan(&k[0], &k[1]); err != nil {
-			_ = rows.Close()
-			return 0, err
-		}
-		keys = append(keys, k)
-	}
-	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
-		return 0, err
-	}
-	var n int64
-	for _, k := range keys {
-		res, err := s.db.ExecContext(ctx, deleteOne, k[0], k[1], cutoff)
-		if err != nil {
-			return n, err
-		}
-		d, err := res.RowsAffected()
-		if err != nil {
-			return n, err
-		}
-		n += d
-	}
-	return n, nil
 }

@@ -15,6 +15,10 @@ import (
 	"github.com/watermill-inbox/inbox/internal/sqlstore"
 )
 
+// SQLDB is what a database/sql store needs of a database. *sql.DB satisfies it, and so
+// does *sql.Conn (which serves one message at a time). It is inbox.SQLDB.
+type SQLDB = sqlstore.DB
+
 // Config configures a MySQLStore.
 type Config struct {
 	// Table is the inbox table; the store also uses <Table>_attempts. Create both with
@@ -192,115 +196,6 @@ func New(db SQLDB, cfg Config) (*Store, error) {
 	}}
 	s.sql.forEngine(cfg.Engine, t, a)
 	return s, nil
-}
-
-// CreateSchema creates the store's tables if they do not exist, with the DDL of
-// schema/mysql.sql, for users who do not run a migration tool. It runs the statements one
-// by one, so the DSN needs no multiStatements.
-func (s *Store) CreateSchema(ctx context.Context) error {
-	ddl, err := mysqlSchemaFor(s.cfg.Engine, s.cfg.Table)
-	if err != nil {
-		return err
-	}
-	if err := s.checkServerEngine(ctx); err != nil {
-		return err
-	}
-	if err := sqlstore.DropOldAttempts("`"+s.cfg.Table+"_attempts`", func(q string) error {
-		_, err := s.db.ExecContext(ctx, q)
-		return err
-	}); err != nil {
-		return err
-	}
-	for _, stmt := range sqlstore.Statements(ddl) {
-		if _, err := s.db.ExecContext(ctx, stmt); err != nil {
-			return fmt.Errorf("inbox: creating the schema: %w", err)
-		}
-	}
-	return s.createEngineSchema(ctx)
-}
-
-// Forget implements Store.
-func (s *Store) Forget(ctx context.Context, consumer, key string) (bool, error) {
-	key = contract.StorableKey(key)
-	var n int64
-	err := s.inTx(ctx, s.db, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, s.sql.forgetAttempts, consumer, key); err != nil {
-			return err
-		}
-		res, err := tx.ExecContext(ctx, s.sql.forget, consumer, key)
-		if err != nil {
-			return err
-		}
-		n, err = res.RowsAffected()
-		return err
-	})
-	if err != nil {
-		return false, s.wrap("forgetting the key", err)
-	}
-	return n > 0, nil
-}
-
-// PurgeBatch implements Store, for inbox.Purge and inbox.PurgeEvery: call those.
-func (s *Store) PurgeBatch(ctx context.Context, before time.Time, limit int) (contract.Purged, error) {
-	if s.cfg.Engine == Vitess {
-		return s.purgeVitess(ctx, before, limit)
-	}
-	cutoff := before.UTC().Format(mysqlTimeFormat)
-	var n contract.Purged
-	err := s.inTx(ctx, s.db, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, s.sql.purgeAttempts, cutoff, limit)
-		if err == nil {
-			n.Attempts, err = res.RowsAffected()
-		}
-		if err == nil {
-			res, err = tx.ExecContext(ctx, s.sql.purge, cutoff, limit)
-		}
-		if err == nil {
-			n.Keys, err = res.RowsAffected()
-		}
-		return err
-	})
-	if err != nil {
-		return contract.Purged{}, s.wrap("purging", err)
-	}
-	return n, nil
-}
-
-// Stats implements Store.
-func (s *Store) Stats(ctx context.Context) ([]contract.ConsumerStats, error) {
-	rows, err := s.db.QueryContext(ctx, s.sql.stats)
-	if err != nil {
-		return nil, s.wrap("reading stats", err)
-	}
-	defer rows.Close()
-	var stats []contract.ConsumerStats
-	for rows.Next() {
-		var c contract.ConsumerStats
-		var oldest string
-		if err := rows.Scan(&c.Consumer, &c.Keys, &oldest); err != nil {
-			return nil, s.wrap("reading stats", err)
-		}
-		if c.Oldest, err = time.Parse(mysqlTimeFormat, oldest); err != nil {
-			return nil, s.wrap("reading stats", err)
-		}
-		stats = append(stats, c)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, s.wrap("reading stats", err)
-	}
-	return stats, nil
-}
-
-// Verify implements Store, for the inbox (not for you).
-func (s *Store) Verify(ctx context.Context) error {
-	if err := s.verifyEngine(ctx); err != nil {
-		return err
-	}
-	var n int
-	if err := s.db.QueryRowContext(ctx, s.sql.verify).Scan(&n); err != nil {
-		return s.wrap("checking the tables", err)
-	}
-	return nil
 }
 
 // inTx runs fn in a short transaction of the store's own, on db, at READ COMMITTED

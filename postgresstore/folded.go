@@ -207,17 +207,3 @@ func literalSafe(s string) bool {
 func quoteLiteral(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
 }
-
-// ReadStored implements storedReader: the row a committed key's first delivery stored,
-// read outside any transaction.
-func (s *Store) ReadStored(ctx context.Context, rec contract.Record) (contract.Claim, bool, error) {
-	claim := contract.Claim{Duplicate: true}
-	err := s.db.QueryRow(ctx, s.sql.stored, rec.Consumer, rec.Key).Scan(&claim.Fingerprint, &claim.Output)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return contract.Claim{}, false, nil
-	}
-	if err != nil {
-		return contract.Claim{}, false, s.wrap("reading the stored key", err)
-	}
-	return claim, true, nil
-}

@@ -1,11 +1,13 @@
 package postgresstore
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/watermill-inbox/inbox/internal/sqlstore"
+	"github.com/watermill-inbox/inbox/schema"
 )
 
 // A schema for the PostgreSQL stores' tables (PostgresConfig.Schema,
@@ -58,4 +60,83 @@ func postgresDDL(schema, table string) (string, error) {
 	}
 	s := pgx.Identifier{schema}.Sanitize()
 	return "BEGIN;\nCREATE SCHEMA IF NOT EXISTS " + s + ";\nSET LOCAL search_path TO " + s + ";\n" + ddl + "\nCOMMIT;\n", nil
+}
+
+// Schema returns the PostgreSQL DDL (schema/postgres.sql) for an inbox table
+// named table.
+func Schema(table string) (string, error) {
+	if err := sqlstore.ValidateTable(table); err != nil {
+		return "", fmt.Errorf("inbox: %w", err)
+	}
+	return sqlstore.WithTable(schema.Postgres, `"`, table), nil
+}
+
+// CreateSchema creates the store's tables and index if they do not exist, with the DDL of
+// schema/postgres.sql, for users who do not run a migration tool.
+func (s *SQLStore) CreateSchema(ctx context.Context) error {
+	ddl, err := postgresDDL(s.cfg.Schema, s.cfg.Table)
+	if err != nil {
+		return err
+	}
+	if err := sqlstore.DropOldAttempts(pgName(s.cfg.Schema, s.cfg.Table+"_attempts"), func(q string) error {
+		_, err := s.db.ExecContext(ctx, q)
+		return err
+	}); err != nil {
+		return err
+	}
+	if _, err := s.db.ExecContext(ctx, ddl); err != nil {
+		return fmt.Errorf("inbox: creating the schema: %w", err)
+	}
+	return nil
+}
+
+// Verify implements Store, for the inbox (not for you). It also fails, with
+// ErrStatementCache, when the driver uses pgx's statement cache through a pooler in
+// transaction mode (PgBouncer), where it cannot work.
+func (s *SQLStore) Verify(ctx context.Context) error {
+	cached, err := sqlStatementCache(ctx, s.db)
+	if err == nil {
+		err = s.pooler.statementCache(ctx, cached)
+	}
+	if err != nil {
+		return err
+	}
+	var n int
+	if err := s.db.QueryRowContext(ctx, s.sql.verify).Scan(&n); err != nil {
+		return s.wrap("checking the tables", err)
+	}
+	return nil
+}
+
+// CreateSchema creates the store's tables and index if they do not exist, with the DDL of
+// schema/postgres.sql, for users who do not run a migration tool.
+func (s *Store) CreateSchema(ctx context.Context) error {
+	ddl, err := postgresDDL(s.cfg.Schema, s.cfg.Table)
+	if err != nil {
+		return err
+	}
+	if err := sqlstore.DropOldAttempts(pgName(s.cfg.Schema, s.cfg.Table+"_attempts"), func(q string) error {
+		_, err := s.db.Exec(ctx, q)
+		return err
+	}); err != nil {
+		return err
+	}
+	if _, err := s.db.Exec(ctx, ddl); err != nil {
+		return fmt.Errorf("inbox: creating the schema: %w", err)
+	}
+	return nil
+}
+
+// Verify implements Store, for the inbox (not for you). It also fails, with
+// ErrStatementCache, when db uses pgx's statement cache through a pooler in transaction
+// mode (PgBouncer), where it cannot work.
+func (s *Store) Verify(ctx context.Context) error {
+	if err := s.pooler.statementCache(ctx, pgxStatementCache(s.db)); err != nil {
+		return err
+	}
+	var n int
+	if err := s.db.QueryRow(ctx, s.sql.verify).Scan(&n); err != nil {
+		return s.wrap("checking the tables", err)
+	}
+	return nil
 }

@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/watermill-inbox/inbox"
+	"github.com/watermill-inbox/inbox/internal/contract"
 )
 
 // Batches (inbox.BatchStore) use the key layout and the guarantees of single messages
@@ -43,11 +43,11 @@ var (
 	releaseBatchScript = redis.NewScript(releaseBatchLua)
 )
 
-var _ inbox.BatchStore = (*Store)(nil)
+var _ contract.BatchStore = (*Store)(nil)
 
 // batchClaims are the new keys of a batch the Tx holds.
 type batchClaims struct {
-	recs []inbox.Record
+	recs []contract.Record
 	keys []claimKeys
 	gens []string // each key's generation as the claim read it
 }
@@ -55,16 +55,16 @@ type batchClaims struct {
 // ClaimBatch implements inbox.BatchStore. A Redis that cannot be reached fails the
 // batch (ErrUnreachable), whatever Config.DangerouslyProcessWithoutDedupWhenUnreachable
 // says: a batch is never processed without deduplication.
-func (s *Store) ClaimBatch(ctx context.Context, recs []inbox.Record) (inbox.BatchClaim, error) {
+func (s *Store) ClaimBatch(ctx context.Context, recs []contract.Record) (contract.BatchClaim, error) {
 	keys := make([]claimKeys, len(recs))
 	scriptKeys := make([]string, 0, 3*len(recs))
 	for i, r := range recs {
 		keys[i] = s.keys(r.Consumer, r.Key)
 		if err := s.checkTag(keys[i]); err != nil {
-			return inbox.BatchClaim{}, err
+			return contract.BatchClaim{}, err
 		}
 		if s.slots && Slot(keys[i].name(kindClaim)) != Slot(keys[0].name(kindClaim)) {
-			return inbox.BatchClaim{}, fmt.Errorf("redisstore: the batch's key %q is in slot %d, its first key %q in slot %d: %w; nothing was claimed: make Config.HashTag return one tag for the keys of a batch (e.g. the partition it comes from)",
+			return contract.BatchClaim{}, fmt.Errorf("redisstore: the batch's key %q is in slot %d, its first key %q in slot %d: %w; nothing was claimed: make Config.HashTag return one tag for the keys of a batch (e.g. the partition it comes from)",
 				recs[i].Key, Slot(keys[i].name(kindClaim)), recs[0].Key, Slot(keys[0].name(kindClaim)), ErrCrossSlot)
 		}
 		scriptKeys = append(scriptKeys, keys[i].name(kindClaim), keys[i].name(kindLease), keys[i].name(kindWaiters))
@@ -77,7 +77,7 @@ func (s *Store) ClaimBatch(ctx context.Context, recs []inbox.Record) (inbox.Batc
 			if unreachable(err) {
 				err = fmt.Errorf("%w, so the batch is not processed: %w", ErrUnreachable, err)
 			}
-			return inbox.BatchClaim{}, fmt.Errorf("redisstore: claiming the batch: %w", err)
+			return contract.BatchClaim{}, fmt.Errorf("redisstore: claiming the batch: %w", err)
 		}
 		if status, _ := res[0].(int64); status == 1 {
 			return s.batchClaim(recs, keys, token, res)
@@ -90,8 +90,8 @@ func (s *Store) ClaimBatch(ctx context.Context, recs []inbox.Record) (inbox.Batc
 		if left <= 0 {
 			// No longer a waiter (best effort, as for a single claim).
 			_ = s.client.SRem(context.WithoutCancel(ctx), keys[held-1].name(kindWaiters), token).Err()
-			return inbox.BatchClaim{}, fmt.Errorf("redisstore: waited %v for the delivery holding the lease of the batch's key %q: %w (raise Config.Wait, or Config.Lease if handlers are slow)",
-				s.cfg.Wait, recs[held-1].Key, inbox.ErrContended)
+			return contract.BatchClaim{}, fmt.Errorf("redisstore: waited %v for the delivery holding the lease of the batch's key %q: %w (raise Config.Wait, or Config.Lease if handlers are slow)",
+				s.cfg.Wait, recs[held-1].Key, contract.ErrContended)
 		}
 		block := min(left, s.block)
 		if ttl, _ := res[2].(int64); ttl > 0 {
@@ -99,18 +99,18 @@ func (s *Store) ClaimBatch(ctx context.Context, recs []inbox.Record) (inbox.Batc
 		}
 		cmd := redis.NewStringSliceCmd(ctx, "blpop", keys[held-1].name(kindRelease), strconv.FormatFloat(max(block.Seconds(), 0.001), 'f', 3, 64))
 		if err := s.client.Process(ctx, cmd); err != nil && !errors.Is(err, redis.Nil) {
-			return inbox.BatchClaim{}, fmt.Errorf("redisstore: waiting for a key of the batch: %w", err)
+			return contract.BatchClaim{}, fmt.Errorf("redisstore: waiting for a key of the batch: %w", err)
 		}
 	}
 }
 
 // batchClaim reads the claim script's answer: per key whether it was committed, with
 // its fingerprint; the others are this delivery's, with their generation.
-func (s *Store) batchClaim(recs []inbox.Record, keys []claimKeys, token string, res []any) (inbox.BatchClaim, error) {
+func (s *Store) batchClaim(recs []contract.Record, keys []claimKeys, token string, res []any) (contract.BatchClaim, error) {
 	if len(res) != 2+2*len(recs) {
-		return inbox.BatchClaim{}, fmt.Errorf("redisstore: the claim script answered %d values for %d keys", len(res), len(recs))
+		return contract.BatchClaim{}, fmt.Errorf("redisstore: the claim script answered %d values for %d keys", len(res), len(recs))
 	}
-	claim := inbox.BatchClaim{Duplicate: make([]bool, len(recs)), Fingerprint: make([][]byte, len(recs))}
+	claim := contract.BatchClaim{Duplicate: make([]bool, len(recs)), Fingerprint: make([][]byte, len(recs))}
 	fresh := batchClaims{}
 	for i := range recs {
 		if done, _ := res[2+2*i].(int64); done == 1 {
@@ -132,8 +132,8 @@ func (s *Store) batchClaim(recs []inbox.Record, keys []claimKeys, token string, 
 
 // ClaimBatchIn implements inbox.BatchStore: it returns an error wrapping ErrNoJoin, as
 // ClaimIn does.
-func (s *Store) ClaimBatchIn(context.Context, any, []inbox.Record) (inbox.BatchClaim, error) {
-	return inbox.BatchClaim{}, fmt.Errorf("redisstore: %w: remove the transaction from the context (inbox.ContextWithTx)", ErrNoJoin)
+func (s *Store) ClaimBatchIn(context.Context, any, []contract.Record) (contract.BatchClaim, error) {
+	return contract.BatchClaim{}, fmt.Errorf("redisstore: %w: remove the transaction from the context (inbox.ContextWithTx)", ErrNoJoin)
 }
 
 // commitBatch is Commit for a batch: one script checks every lease and generation, runs

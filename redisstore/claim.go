@@ -10,7 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/watermill-inbox/inbox"
+	"github.com/watermill-inbox/inbox/internal/contract"
 )
 
 // Claim implements inbox.Store. It sends one pipeline of plain commands (one round trip,
@@ -22,10 +22,10 @@ import (
 // key is a duplicate; a lease another delivery holds makes it wait, blocked on the key's
 // release list, for that delivery to commit or release, or for the lease to expire, at
 // most Config.Wait.
-func (s *Store) Claim(ctx context.Context, rec inbox.Record) (inbox.Claim, error) {
+func (s *Store) Claim(ctx context.Context, rec contract.Record) (contract.Claim, error) {
 	k := s.keys(rec.Consumer, rec.Key)
 	if err := s.checkTag(k); err != nil {
-		return inbox.Claim{}, err
+		return contract.Claim{}, err
 	}
 	// The lease token is the attempt's when attempts are counted, so that EndAttempt
 	// drops the lease of a claim whose reply was lost.
@@ -41,9 +41,9 @@ func (s *Store) Claim(ctx context.Context, rec inbox.Record) (inbox.Claim, error
 		}
 		switch {
 		case v.done:
-			return inbox.Claim{Duplicate: true, Fingerprint: v.fingerprint, Output: v.output}, nil
+			return contract.Claim{Duplicate: true, Fingerprint: v.fingerprint, Output: v.output}, nil
 		case (v.held == "" || v.held == token) && v.unfinished >= 0: // ours (or ours already: go-redis resent it)
-			return inbox.Claim{Tx: s.newTx(rec, k, token, v.fence, v.generation), Unfinished: v.unfinished}, nil
+			return contract.Claim{Tx: s.newTx(rec, k, token, v.fence, v.generation), Unfinished: v.unfinished}, nil
 		}
 		if !waiting {
 			continue // count ourselves as a waiter, check again, then block
@@ -53,8 +53,8 @@ func (s *Store) Claim(ctx context.Context, rec inbox.Record) (inbox.Claim, error
 			// No longer a waiter: a release need not wake us (best effort: a stale
 			// entry only wakes a later waiter once, and expires with the lease).
 			_ = s.client.SRem(context.WithoutCancel(ctx), k.name(kindWaiters), token).Err()
-			return inbox.Claim{}, fmt.Errorf("redisstore: waited %v for the delivery holding the key's lease: %w (raise Config.Wait, or Config.Lease if handlers are slow)",
-				s.cfg.Wait, inbox.ErrContended)
+			return contract.Claim{}, fmt.Errorf("redisstore: waited %v for the delivery holding the key's lease: %w (raise Config.Wait, or Config.Lease if handlers are slow)",
+				s.cfg.Wait, contract.ErrContended)
 		}
 		block := min(left, s.block)
 		if v.ttl > 0 {
@@ -167,16 +167,16 @@ func containsBrace(s string) bool {
 // claimFailed returns the error of a claim Redis did not answer, or, with
 // DangerouslyProcessWithoutDedupWhenUnreachable and an unreachable Redis, a claim that
 // lets the handler run without deduplication.
-func (s *Store) claimFailed(ctx context.Context, rec inbox.Record, k claimKeys, err error) (inbox.Claim, error) {
+func (s *Store) claimFailed(ctx context.Context, rec contract.Record, k claimKeys, err error) (contract.Claim, error) {
 	if !unreachable(err) {
-		return inbox.Claim{}, fmt.Errorf("redisstore: claiming the key: %w", err)
+		return contract.Claim{}, fmt.Errorf("redisstore: claiming the key: %w", err)
 	}
 	if !s.cfg.DangerouslyProcessWithoutDedupWhenUnreachable {
-		return inbox.Claim{}, fmt.Errorf("redisstore: claiming the key: %w, so the message is not processed: %w", ErrUnreachable, err)
+		return contract.Claim{}, fmt.Errorf("redisstore: claiming the key: %w, so the message is not processed: %w", ErrUnreachable, err)
 	}
 	s.cfg.Logger.Error("redisstore: Redis is unreachable: processing the message WITHOUT deduplication (DangerouslyProcessWithoutDedupWhenUnreachable)",
 		err, watermill.LogFields{"consumer": rec.Consumer, "key": rec.Key})
 	tx := s.newTx(rec, k, randomToken(), 0, anyGeneration)
 	tx.degraded = true
-	return inbox.Claim{Tx: tx}, nil
+	return contract.Claim{Tx: tx}, nil
 }

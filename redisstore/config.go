@@ -8,14 +8,14 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 
-	"github.com/watermill-inbox/inbox"
+	"github.com/watermill-inbox/inbox/internal/contract"
 )
 
 // Defaults of Config.
 const (
 	DefaultPrefix    = "inbox:"
 	DefaultLease     = 30 * time.Second
-	DefaultRetention = inbox.DefaultMinRetention
+	DefaultRetention = contract.DefaultMinRetention
 	// DefaultReplicaTimeout bounds the WAIT for Config.Replicas.
 	DefaultReplicaTimeout = time.Second
 )
@@ -45,7 +45,7 @@ type Config struct {
 	// Retention is how long a committed key is kept: Redis expires it by itself, so
 	// Store.PurgeBatch does nothing. A message redelivered after its key expired is
 	// processed again: keep it longer than the broker can redeliver. Defaults to
-	// DefaultRetention, 7 days (inbox.DefaultMinRetention).
+	// DefaultRetention, 7 days (contract.DefaultMinRetention).
 	Retention time.Duration
 
 	// HashTag returns the Redis Cluster hash tag (without braces) of every key of one

@@ -7,7 +7,7 @@ import (
 	"net"
 	"syscall"
 
-	"github.com/watermill-inbox/inbox"
+	"github.com/watermill-inbox/inbox/internal/contract"
 )
 
 // Errors the store returns, wrapped with what it was doing. Match them with errors.Is.
@@ -24,20 +24,20 @@ var (
 	// applied. Permanent: every delivery queues the same commands. Put Tx.Tag() in the
 	// handler's keys, or choose Config.HashTag so that the inbox keys carry the tag the
 	// handler's keys already have.
-	ErrCrossSlot = inbox.MarkPermanent(errors.New("a handler key is outside the claim's hash slot"))
+	ErrCrossSlot = contract.MarkPermanent(errors.New("a handler key is outside the claim's hash slot"))
 
 	// ErrCommandRefused means a command the handler queued was refused before anything
 	// was sent: unknown to the server (a subcommand included), a wrong number of
 	// arguments, a command Redis does not allow in a script (e.g. WATCH, MULTI,
 	// SUBSCRIBE, SCRIPT EXISTS, CONFIG GET), or one whose keys the server cannot name.
 	// Nothing was applied. Permanent: every delivery queues the same commands.
-	ErrCommandRefused = inbox.MarkPermanent(errors.New("a queued command was refused"))
+	ErrCommandRefused = contract.MarkPermanent(errors.New("a queued command was refused"))
 
 	// ErrCommandFailed means a command the handler queued failed while the commit ran
 	// (e.g. WRONGTYPE). Redis rolls nothing back: the other commands and the key were
 	// applied, so the redelivery is a duplicate; the failed command's effect is lost.
 	// Permanent: retrying finds the key committed.
-	ErrCommandFailed = inbox.MarkPermanent(errors.New("a queued command failed at commit"))
+	ErrCommandFailed = contract.MarkPermanent(errors.New("a queued command failed at commit"))
 
 	// ErrNotReplicated means the commit was applied on the primary but fewer replicas
 	// than Config.Replicas acknowledged it within Config.ReplicaTimeout. The message is
@@ -53,7 +53,7 @@ var (
 	// ErrNoJoin is returned by ClaimIn: Redis has no transaction a caller could begin
 	// and hand to the inbox to join. Permanent: remove the transaction from the
 	// message context.
-	ErrNoJoin = inbox.MarkPermanent(errors.New("a Redis store cannot join a transaction from the context"))
+	ErrNoJoin = contract.MarkPermanent(errors.New("a Redis store cannot join a transaction from the context"))
 )
 
 // unreachable reports whether err means the server could not be reached (a refused or

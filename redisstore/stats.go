@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/watermill-inbox/inbox"
+	"github.com/watermill-inbox/inbox/internal/contract"
 )
 
 // statsBatch is the COUNT hint of each SCAN of Stats.
@@ -20,9 +20,9 @@ const statsBatch = 1000
 // every primary of a Cluster, reading each key's time in one pipeline per batch, so
 // the server is never blocked; it costs O(keys) round trips / 1000 and is meant for
 // occasional monitoring, not for every scrape of a busy inbox.
-func (s *Store) Stats(ctx context.Context) ([]inbox.ConsumerStats, error) {
+func (s *Store) Stats(ctx context.Context) ([]contract.ConsumerStats, error) {
 	var mu sync.Mutex
-	byConsumer := map[string]*inbox.ConsumerStats{}
+	byConsumer := map[string]*contract.ConsumerStats{}
 	err := s.forEachPrimary(ctx, func(ctx context.Context, c redis.Cmdable) error {
 		iter := c.ScanType(ctx, 0, globEscape(s.cfg.Prefix+kindClaim+":{")+"*", statsBatch, "hash").Iterator()
 		var batch []string
@@ -45,7 +45,7 @@ func (s *Store) Stats(ctx context.Context) ([]inbox.ConsumerStats, error) {
 				}
 				st := byConsumer[consumer]
 				if st == nil {
-					st = &inbox.ConsumerStats{Consumer: consumer}
+					st = &contract.ConsumerStats{Consumer: consumer}
 					byConsumer[consumer] = st
 				}
 				st.Keys++
@@ -71,11 +71,11 @@ func (s *Store) Stats(ctx context.Context) ([]inbox.ConsumerStats, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redisstore: counting keys: %w", err)
 	}
-	stats := make([]inbox.ConsumerStats, 0, len(byConsumer))
+	stats := make([]contract.ConsumerStats, 0, len(byConsumer))
 	for _, st := range byConsumer {
 		stats = append(stats, *st)
 	}
-	slices.SortFunc(stats, func(a, b inbox.ConsumerStats) int { return strings.Compare(a.Consumer, b.Consumer) })
+	slices.SortFunc(stats, func(a, b contract.ConsumerStats) int { return strings.Compare(a.Consumer, b.Consumer) })
 	return stats, nil
 }
 

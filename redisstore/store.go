@@ -13,7 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/watermill-inbox/inbox"
+	"github.com/watermill-inbox/inbox/internal/contract"
 )
 
 var (
@@ -61,7 +61,7 @@ type Store struct {
 	commands commandTable // from COMMAND, for checking queued commands
 }
 
-var _ inbox.Store = (*Store)(nil)
+var _ contract.Store = (*Store)(nil)
 
 // New returns a Store on client: a *redis.Client, a *redis.ClusterClient (all keys of a
 // claim share a hash slot), or another redis.UniversalClient. It fails when cfg is
@@ -92,8 +92,8 @@ func New(client redis.UniversalClient, cfg Config) (*Store, error) {
 
 // ClaimIn implements inbox.Store: it returns an error wrapping ErrNoJoin, as Redis has no
 // transaction a caller could hand over.
-func (s *Store) ClaimIn(context.Context, any, inbox.Record) (inbox.Claim, error) {
-	return inbox.Claim{}, fmt.Errorf("redisstore: %w: remove the transaction from the message context (inbox.ContextWithTx)", ErrNoJoin)
+func (s *Store) ClaimIn(context.Context, any, contract.Record) (contract.Claim, error) {
+	return contract.Claim{}, fmt.Errorf("redisstore: %w: remove the transaction from the message context (inbox.ContextWithTx)", ErrNoJoin)
 }
 
 // EndAttempt implements inbox.Store: it removes the attempt's token from the key's
@@ -101,7 +101,7 @@ func (s *Store) ClaimIn(context.Context, any, inbox.Record) (inbox.Claim, error)
 // was lost), drops it and wakes the waiters. A resend, or the end of an attempt never
 // recorded, changes nothing. Tx.Commit ends every attempt of the key, and Tx.Rollback
 // its own.
-func (s *Store) EndAttempt(ctx context.Context, rec inbox.Record) error {
+func (s *Store) EndAttempt(ctx context.Context, rec contract.Record) error {
 	k := s.keys(rec.Consumer, rec.Key) // the key as Claim got it
 	err := endScript.Run(ctx, s.client, []string{k.name(kindAttempts), k.name(kindLease), k.name(kindWaiters), k.name(kindRelease)},
 		rec.Attempt, ms(s.cfg.Lease)).Err()
@@ -118,7 +118,7 @@ func (s *Store) EndAttempt(ctx context.Context, rec inbox.Record) error {
 // redelivery processes the message: a Forget is never undone by a commit that started
 // before it. A resent Forget returns the first run's answer.
 func (s *Store) Forget(ctx context.Context, consumer, key string) (bool, error) {
-	k := s.keys(consumer, inbox.StorableKey(key))
+	k := s.keys(consumer, contract.StorableKey(key))
 	found, err := forgetScript.Run(ctx, s.client,
 		[]string{k.name(kindClaim), k.name(kindLease), k.name(kindAttempts), k.name(kindWaiters), k.name(kindRelease)},
 		randomToken(), ms(s.cfg.Retention), ms(s.cfg.Lease)).Int()
@@ -130,8 +130,8 @@ func (s *Store) Forget(ctx context.Context, consumer, key string) (bool, error) 
 
 // PurgeBatch implements inbox.Store and does nothing: Redis expires keys after
 // Config.Retention by itself. It returns 0, so inbox.Purge and PurgeEvery stop at once.
-func (s *Store) PurgeBatch(context.Context, time.Time, int) (inbox.Purged, error) {
-	return inbox.Purged{}, nil
+func (s *Store) PurgeBatch(context.Context, time.Time, int) (contract.Purged, error) {
+	return contract.Purged{}, nil
 }
 
 // Verify implements inbox.Store. Redis has no schema: it checks that Redis answers,

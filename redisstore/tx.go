@@ -10,7 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/watermill-inbox/inbox"
+	"github.com/watermill-inbox/inbox/internal/contract"
 )
 
 // Tx is the handle a handler gets from inbox.TxFromContext[*redisstore.Tx] (or
@@ -28,7 +28,7 @@ type Tx struct {
 	redis.Pipeliner // a pipeline of a client that never connects: it only collects
 
 	store    *Store
-	rec      inbox.Record
+	rec      contract.Record
 	keys     claimKeys
 	token    string
 	fence    int64
@@ -59,7 +59,7 @@ func (collectHook) ProcessPipelineHook(redis.ProcessPipelineHook) redis.ProcessP
 	return func(context.Context, []redis.Cmder) error { return nil }
 }
 
-func (s *Store) newTx(rec inbox.Record, k claimKeys, token string, fence int64, gen string) *Tx {
+func (s *Store) newTx(rec contract.Record, k claimKeys, token string, fence int64, gen string) *Tx {
 	return &Tx{Pipeliner: collector.Pipeline(), store: s, rec: rec, keys: k, token: token, fence: fence, gen: gen}
 }
 
@@ -77,7 +77,7 @@ func (t *Tx) Tag() string { return "{" + t.keys.tag + "}" }
 // inbox's commit then fails with inbox.ErrTxDone and the message is nacked.
 func (t *Tx) Exec(context.Context) ([]redis.Cmder, error) {
 	t.end()
-	return nil, fmt.Errorf("redisstore: %w: return nil from the handler, the inbox runs the queued commands at commit", inbox.ErrTxDone)
+	return nil, fmt.Errorf("redisstore: %w: return nil from the handler, the inbox runs the queued commands at commit", contract.ErrTxDone)
 }
 
 // Discard drops the queued commands and ends the transaction, as Exec does.
@@ -115,9 +115,9 @@ func (t *Tx) Handle() any { return t }
 func (t *Tx) Commit(ctx context.Context, output []byte) error {
 	switch {
 	case t.ended:
-		return fmt.Errorf("redisstore: %w", inbox.ErrTxDone)
+		return fmt.Errorf("redisstore: %w", contract.ErrTxDone)
 	case t.finished:
-		return fmt.Errorf("redisstore: commit after the transaction ended: %w", inbox.ErrTxDone)
+		return fmt.Errorf("redisstore: commit after the transaction ended: %w", contract.ErrTxDone)
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("redisstore: not committed: %w", err)

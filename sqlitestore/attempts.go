@@ -5,7 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 
-	"github.com/watermill-inbox/inbox"
+	"github.com/watermill-inbox/inbox/internal/contract"
 )
 
 // Attempts (inbox.Config.MaxAttempts, ADR 82): one row per attempt, committed before
@@ -17,7 +17,7 @@ import (
 // byte locked first, so that its row is never visible without the lock, then the row
 // inserted and committed, in a transaction that also ends the attempts whose end is
 // pending. When it fails nothing is started.
-func (s *Store) startAttempt(ctx context.Context, l *lease, rec inbox.Record) error {
+func (s *Store) startAttempt(ctx context.Context, l *lease, rec contract.Record) error {
 	if rec.Attempt == "" {
 		return nil
 	}
@@ -48,7 +48,7 @@ func (s *Store) startAttempt(ctx context.Context, l *lease, rec inbox.Record) er
 
 // unfinished counts, in tx, which holds rec's key and the write lock, the key's other
 // attempts that do not run: their process died, or abandoned them (a panic).
-func (s *Store) unfinished(ctx context.Context, tx *sql.Tx, r *running, rec inbox.Record) (int, error) {
+func (s *Store) unfinished(ctx context.Context, tx *sql.Tx, r *running, rec contract.Record) (int, error) {
 	rows, err := tx.QueryContext(ctx, s.sql.attemptsOf, rec.Consumer, rec.Key, rec.Attempt)
 	if err != nil {
 		return 0, s.wrap("counting the attempts", err)
@@ -96,7 +96,7 @@ func (s *Store) endPending(ctx context.Context, tx *sql.Tx, r *running) ([]strin
 // (no attempt, one that ended, one that never started, one beside a joined transaction,
 // which SQLite never starts) needs nothing. When the row cannot be deleted, the attempt
 // stays marked as running, so that nobody counts it, until a later write deletes it.
-func (s *Store) EndAttempt(ctx context.Context, rec inbox.Record) error {
+func (s *Store) EndAttempt(ctx context.Context, rec contract.Record) error {
 	if rec.Attempt == "" {
 		return nil
 	}

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/watermill-inbox/inbox"
+	"github.com/watermill-inbox/inbox/internal/contract"
 )
 
 // Batches (inbox.BatchStore, ADR 85): a batch is claimed as a single key is, in this
@@ -20,7 +20,7 @@ import (
 // transaction to end (the gate in this process, busy_timeout across processes).
 // RETURNING needs SQLite 3.35 or later.
 
-var _ inbox.BatchStore = (*Store)(nil)
+var _ contract.BatchStore = (*Store)(nil)
 
 // batchChunk bounds the keys of one statement: 2 parameters a key and 2 shared, well
 // under SQLITE_MAX_VARIABLE_NUMBER (32766 since SQLite 3.32).
@@ -30,17 +30,17 @@ const batchChunk = 1000
 // a connection of the store's own, it begins the batch's transaction and inserts the
 // keys first. When none is new, the transaction is rolled back and BatchClaim.Tx is
 // nil.
-func (s *Store) ClaimBatch(ctx context.Context, recs []inbox.Record) (inbox.BatchClaim, error) {
+func (s *Store) ClaimBatch(ctx context.Context, recs []contract.Record) (contract.BatchClaim, error) {
 	if err := s.batchSupported(ctx); err != nil {
-		return inbox.BatchClaim{}, err
+		return contract.BatchClaim{}, err
 	}
 	l, err := s.enter(ctx, "claiming the keys")
 	if err != nil {
-		return inbox.BatchClaim{}, err
+		return contract.BatchClaim{}, err
 	}
 	tx, err := l.begin(ctx)
 	if err != nil {
-		return inbox.BatchClaim{}, joinErrors(s.wrap("beginning the transaction", err), l.restore(ctx, l.conn), release(l))
+		return contract.BatchClaim{}, joinErrors(s.wrap("beginning the transaction", err), l.restore(ctx, l.conn), release(l))
 	}
 	t := &inboxTx{s: s, tx: tx, lease: l}
 	claim, err := s.claimBatch(ctx, t, recs)
@@ -52,16 +52,16 @@ func (s *Store) ClaimBatch(ctx context.Context, recs []inbox.Record) (inbox.Batc
 
 // ClaimBatchIn implements inbox.BatchStore; tx must be a *sql.Tx on the same database
 // file, as for ClaimIn.
-func (s *Store) ClaimBatchIn(ctx context.Context, tx any, recs []inbox.Record) (inbox.BatchClaim, error) {
+func (s *Store) ClaimBatchIn(ctx context.Context, tx any, recs []contract.Record) (contract.BatchClaim, error) {
 	sqlTx, ok := tx.(*sql.Tx)
 	if !ok {
-		return inbox.BatchClaim{}, fmt.Errorf("inbox: the transaction in the context is a %T; sqlitestore joins only a *sql.Tx", tx)
+		return contract.BatchClaim{}, fmt.Errorf("inbox: the transaction in the context is a %T; sqlitestore joins only a *sql.Tx", tx)
 	}
 	if err := ctx.Err(); err != nil {
-		return inbox.BatchClaim{}, fmt.Errorf("inbox: claiming the keys: %w", err)
+		return contract.BatchClaim{}, fmt.Errorf("inbox: claiming the keys: %w", err)
 	}
 	if err := s.batchSupported(ctx); err != nil {
-		return inbox.BatchClaim{}, err
+		return contract.BatchClaim{}, err
 	}
 	return s.claimBatch(ctx, &inboxTx{s: s, tx: sqlTx}, recs)
 }
@@ -82,8 +82,8 @@ func (s *Store) batchSupported(ctx context.Context) error {
 // claimBatch inserts recs' keys in t's transaction, under the wait bound of claim (the
 // lease's busy_timeout, or LockTimeout around the inserts of a joined transaction), and
 // reads the stored fingerprints of those that were there. recs all have one consumer.
-func (s *Store) claimBatch(ctx context.Context, t *inboxTx, recs []inbox.Record) (inbox.BatchClaim, error) {
-	claim := inbox.BatchClaim{Duplicate: make([]bool, len(recs)), Fingerprint: make([][]byte, len(recs))}
+func (s *Store) claimBatch(ctx context.Context, t *inboxTx, recs []contract.Record) (contract.BatchClaim, error) {
+	claim := contract.BatchClaim{Duplicate: make([]bool, len(recs)), Fingerprint: make([][]byte, len(recs))}
 	if len(recs) == 0 {
 		return claim, nil
 	}
@@ -100,7 +100,7 @@ func (s *Store) claimBatch(ctx context.Context, t *inboxTx, recs []inbox.Record)
 		return nil
 	})
 	if err != nil {
-		return inbox.BatchClaim{}, s.wrap("inserting the keys", err)
+		return contract.BatchClaim{}, s.wrap("inserting the keys", err)
 	}
 	var dups []int
 	for i, r := range recs {
@@ -110,7 +110,7 @@ func (s *Store) claimBatch(ctx context.Context, t *inboxTx, recs []inbox.Record)
 	}
 	if len(dups) > 0 {
 		if err := s.readStored(ctx, t.tx, recs, dups, claim); err != nil {
-			return inbox.BatchClaim{}, err
+			return contract.BatchClaim{}, err
 		}
 	}
 	if len(dups) < len(recs) {
@@ -120,7 +120,7 @@ func (s *Store) claimBatch(ctx context.Context, t *inboxTx, recs []inbox.Record)
 }
 
 // insertChunk runs one INSERT of chunk's keys and adds the keys it inserted to fresh.
-func (s *Store) insertChunk(ctx context.Context, tx *sql.Tx, consumer string, at int64, chunk []inbox.Record, fresh map[string]bool) error {
+func (s *Store) insertChunk(ctx context.Context, tx *sql.Tx, consumer string, at int64, chunk []contract.Record, fresh map[string]bool) error {
 	var b strings.Builder
 	b.WriteString(s.sql.batchInsert)
 	args := make([]any, 0, 2+2*len(chunk))
@@ -151,7 +151,7 @@ func (s *Store) insertChunk(ctx context.Context, tx *sql.Tx, consumer string, at
 // readStored reads the stored fingerprints of recs[dups] into claim, and marks them
 // duplicates. The batch's inserts hold the write lock: what it reads is the latest
 // commit.
-func (s *Store) readStored(ctx context.Context, tx *sql.Tx, recs []inbox.Record, dups []int, claim inbox.BatchClaim) error {
+func (s *Store) readStored(ctx context.Context, tx *sql.Tx, recs []contract.Record, dups []int, claim contract.BatchClaim) error {
 	found := make(map[string][]byte, len(dups))
 	for start := 0; start < len(dups); start += batchChunk {
 		chunk := dups[start:min(start+batchChunk, len(dups))]
@@ -184,7 +184,7 @@ func (s *Store) readStored(ctx context.Context, tx *sql.Tx, recs []inbox.Record,
 	for _, j := range dups {
 		fp, ok := found[recs[j].Key]
 		if !ok {
-			return fmt.Errorf("inbox: the key vanished while being claimed: %w", inbox.ErrContended)
+			return fmt.Errorf("inbox: the key vanished while being claimed: %w", contract.ErrContended)
 		}
 		claim.Duplicate[j], claim.Fingerprint[j] = true, fp
 	}

@@ -6,24 +6,24 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/watermill-inbox/inbox"
+	"github.com/watermill-inbox/inbox/internal/contract"
 )
 
 // Claim implements inbox.Store. In this process's turn at the write lock (the gate), on
 // a connection of its own, it starts rec's attempt when there is one (startAttempt),
 // then begins the claim's transaction and inserts the key first.
-func (s *Store) Claim(ctx context.Context, rec inbox.Record) (inbox.Claim, error) {
+func (s *Store) Claim(ctx context.Context, rec contract.Record) (contract.Claim, error) {
 	l, err := s.enter(ctx, "claiming the key")
 	if err != nil {
-		return inbox.Claim{}, err
+		return contract.Claim{}, err
 	}
 	if err := s.startAttempt(ctx, l, rec); err != nil {
-		return inbox.Claim{}, joinErrors(err, l.restore(ctx, l.conn), release(l))
+		return contract.Claim{}, joinErrors(err, l.restore(ctx, l.conn), release(l))
 	}
 	tx, err := l.begin(ctx)
 	if err != nil {
 		l.info.running.pend(rec.Attempt)
-		return inbox.Claim{}, joinErrors(s.wrap("beginning the transaction", err), l.restore(ctx, l.conn), release(l))
+		return contract.Claim{}, joinErrors(s.wrap("beginning the transaction", err), l.restore(ctx, l.conn), release(l))
 	}
 	t := &inboxTx{s: s, tx: tx, rec: rec, lease: l}
 	c, err := s.claim(ctx, t)
@@ -31,7 +31,7 @@ func (s *Store) Claim(ctx context.Context, rec inbox.Record) (inbox.Claim, error
 	case err != nil:
 		// The attempt's row stays until EndAttempt (or a later write) deletes it.
 		l.info.running.pend(rec.Attempt)
-		return inbox.Claim{}, joinErrors(err, rollback(tx), release(l))
+		return contract.Claim{}, joinErrors(err, rollback(tx), release(l))
 	case c.Duplicate:
 		// The duplicate ends its attempt with the claim's transaction, which holds the
 		// write lock, and so cannot meet another writer.
@@ -53,16 +53,16 @@ func release(l *lease) error {
 // committed since). A Record with an Attempt is refused with inbox.ErrAttemptsNeedConn:
 // the joined transaction holds, or will take, the database's only write lock, so an
 // attempt's row written beside it would wait for it to end (ADR 82).
-func (s *Store) ClaimIn(ctx context.Context, tx any, rec inbox.Record) (inbox.Claim, error) {
+func (s *Store) ClaimIn(ctx context.Context, tx any, rec contract.Record) (contract.Claim, error) {
 	sqlTx, ok := tx.(*sql.Tx)
 	if !ok {
-		return inbox.Claim{}, fmt.Errorf("inbox: the transaction in the context is a %T; sqlitestore joins only a *sql.Tx", tx)
+		return contract.Claim{}, fmt.Errorf("inbox: the transaction in the context is a %T; sqlitestore joins only a *sql.Tx", tx)
 	}
 	if rec.Attempt != "" {
-		return inbox.Claim{}, fmt.Errorf("inbox: counting the attempt: %w: on SQLite the joined transaction holds, or will take, the database's only write lock, so an attempt written beside it would wait for it to end; let the inbox begin the transaction (no inbox.ContextWithTx), or set MaxAttempts to 0", inbox.ErrAttemptsNeedConn)
+		return contract.Claim{}, fmt.Errorf("inbox: counting the attempt: %w: on SQLite the joined transaction holds, or will take, the database's only write lock, so an attempt written beside it would wait for it to end; let the inbox begin the transaction (no inbox.ContextWithTx), or set MaxAttempts to 0", contract.ErrAttemptsNeedConn)
 	}
 	if err := ctx.Err(); err != nil {
-		return inbox.Claim{}, fmt.Errorf("inbox: claiming the key: %w", err)
+		return contract.Claim{}, fmt.Errorf("inbox: claiming the key: %w", err)
 	}
 	return s.claim(ctx, &inboxTx{s: s, tx: sqlTx, rec: rec})
 }
@@ -73,16 +73,16 @@ func (s *Store) ClaimIn(ctx context.Context, tx any, rec inbox.Record) (inbox.Cl
 // process died: the key's holder has the write lock, so no attempt ends or starts
 // while it reads. For a joined transaction LockTimeout is set and restored around the
 // insert here; the store's own had it set on its connection (enter).
-func (s *Store) claim(ctx context.Context, t *inboxTx) (inbox.Claim, error) {
+func (s *Store) claim(ctx context.Context, t *inboxTx) (contract.Claim, error) {
 	tx, rec := t.tx, t.rec
 	bound := t.lease
 	if bound == nil && s.cfg.LockTimeout > 0 {
 		bound = &lease{}
 		if err := tx.QueryRowContext(ctx, `PRAGMA busy_timeout`).Scan(&bound.saved); err != nil {
-			return inbox.Claim{}, s.wrap("reading busy_timeout", err)
+			return contract.Claim{}, s.wrap("reading busy_timeout", err)
 		}
 		if _, err := tx.ExecContext(ctx, fmt.Sprintf(`PRAGMA busy_timeout = %d`, boundMillis(ctx, s.cfg.LockTimeout))); err != nil {
-			return inbox.Claim{}, joinErrors(s.wrap("setting busy_timeout", err), bound.restore(ctx, tx))
+			return contract.Claim{}, joinErrors(s.wrap("setting busy_timeout", err), bound.restore(ctx, tx))
 		}
 	}
 	var res sql.Result
@@ -97,31 +97,31 @@ func (s *Store) claim(ctx context.Context, t *inboxTx) (inbox.Claim, error) {
 	}
 	if bound != nil {
 		if restoreErr := bound.restore(ctx, tx); restoreErr != nil && err == nil {
-			return inbox.Claim{}, s.wrap("restoring busy_timeout", restoreErr)
+			return contract.Claim{}, s.wrap("restoring busy_timeout", restoreErr)
 		}
 	}
 	if err != nil {
-		return inbox.Claim{}, s.wrap("inserting the key", err)
+		return contract.Claim{}, s.wrap("inserting the key", err)
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
-		return inbox.Claim{}, s.wrap("inserting the key", err)
+		return contract.Claim{}, s.wrap("inserting the key", err)
 	}
 	if n == 1 {
-		c := inbox.Claim{Tx: t}
+		c := contract.Claim{Tx: t}
 		if rec.Attempt != "" {
 			if c.Unfinished, err = s.unfinished(ctx, tx, t.lease.info.running, rec); err != nil {
-				return inbox.Claim{}, err
+				return contract.Claim{}, err
 			}
 		}
 		return c, nil
 	}
-	c := inbox.Claim{Duplicate: true}
+	c := contract.Claim{Duplicate: true}
 	if err := tx.QueryRowContext(ctx, s.sql.stored, rec.Consumer, rec.Key).Scan(&c.Fingerprint, &c.Output); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
-			return inbox.Claim{}, fmt.Errorf("inbox: the key vanished while being claimed: %w", inbox.ErrContended)
+			return contract.Claim{}, fmt.Errorf("inbox: the key vanished while being claimed: %w", contract.ErrContended)
 		}
-		return inbox.Claim{}, s.wrap("reading the stored key", err)
+		return contract.Claim{}, s.wrap("reading the stored key", err)
 	}
 	return c, nil
 }

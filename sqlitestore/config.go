@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/watermill-inbox/inbox"
+	"github.com/watermill-inbox/inbox/internal/contract"
 )
 
 // Config configures a Store.
@@ -31,9 +31,9 @@ type Config struct {
 // withDefaults applies the defaults and checks the config.
 func (c Config) withDefaults() (Config, error) {
 	if c.Table == "" {
-		c.Table = inbox.DefaultTable
+		c.Table = contract.DefaultTable
 	}
-	if _, err := inbox.SQLiteSchema(c.Table); err != nil {
+	if _, err := Schema(c.Table); err != nil {
 		return c, errors.New(strings.TrimPrefix(err.Error(), "inbox: "))
 	}
 	if c.LockTimeout < 0 {

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"reflect"
 
-	"github.com/watermill-inbox/inbox"
+	"github.com/watermill-inbox/inbox/internal/contract"
 )
 
 // SQLite result codes the store classifies (https://sqlite.org/rescode.html). The
@@ -108,7 +108,7 @@ func (s *Store) wrap(doing string, err error) error {
 	switch primary(err) {
 	case codeBusy, codeLocked:
 		return fmt.Errorf("inbox: %s: %w: the database's write lock stayed with another transaction for longer than %s: %w",
-			doing, inbox.ErrContended, s.waitName(), err)
+			doing, contract.ErrContended, s.waitName(), err)
 	case codeInterrupt:
 		if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 			return fmt.Errorf("inbox: %s: the statement was interrupted (its context ended): %w", doing, err)

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/watermill-inbox/inbox"
+	"github.com/watermill-inbox/inbox/internal/contract"
 )
 
 // gate is this process's queue for one database file's write lock (ADR 81). SQLite lets
@@ -22,7 +22,9 @@ type gate struct{ turn chan struct{} }
 func newGate() *gate { return &gate{turn: make(chan struct{}, 1)} }
 
 // gates are the gates of the database files this process opened, by path.
-var gates sync.Map // string → *gate
+var gates sync.Map
+
+// string → *gate
 
 // gateFor returns the gate of the database file at path, shared by every store of the
 // process on that file; an in-memory database (path "") gets a gate of its own.
@@ -46,7 +48,7 @@ func (g *gate) enter(ctx context.Context, wait time.Duration, s *Store) (leave f
 		return nil, err
 	}
 	if wait <= 0 {
-		return nil, fmt.Errorf("%w: another transaction of this process holds the database's write lock, and %s is 0", inbox.ErrContended, s.waitName())
+		return nil, fmt.Errorf("%w: another transaction of this process holds the database's write lock, and %s is 0", contract.ErrContended, s.waitName())
 	}
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
@@ -56,7 +58,7 @@ func (g *gate) enter(ctx context.Context, wait time.Duration, s *Store) (leave f
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-timer.C:
-		return nil, fmt.Errorf("%w: another transaction of this process held the database's write lock for longer than %s (%v)", inbox.ErrContended, s.waitName(), wait)
+		return nil, fmt.Errorf("%w: another transaction of this process held the database's write lock for longer than %s (%v)", contract.ErrContended, s.waitName(), wait)
 	}
 }
 

@@ -35,7 +35,9 @@ type attemptState struct {
 }
 
 // runnings are the lock files this process opened, by database path.
-var runnings sync.Map // string → *running
+var runnings sync.Map
+
+// string → *running
 
 // runningFor returns the attempts of the database at path (in memory: "", a registry
 // of its own).

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/watermill-inbox/inbox"
+	"github.com/watermill-inbox/inbox/internal/contract"
 )
 
 // Offset mode (inbox.OffsetStore, ADR 86) on <table>_offsets: one upsert per partition,
@@ -20,7 +20,7 @@ import (
 // not a row: a concurrent claim of the same partition (a rebalance) waits for the
 // transaction to end, then sees the offset it committed, as on the servers.
 
-var _ inbox.OffsetStore = (*Store)(nil)
+var _ contract.OffsetStore = (*Store)(nil)
 
 // offsetsColumns are the columns of <table>_offsets the store reads and writes.
 var offsetsColumns = []string{"consumer", "topic", "partition", "next_offset", "leader_epoch", "max_timestamp", "topic_id", "output", "updated_at"}
@@ -59,31 +59,31 @@ func newOffsetQueries(table string) offsetQueries {
 // ClaimOffsets implements inbox.OffsetStore: in this process's turn at the write lock,
 // on a connection of the store's own, it begins the transaction and moves the offsets
 // first. The transaction is returned open, moved or not.
-func (s *Store) ClaimOffsets(ctx context.Context, consumer string, spans []inbox.OffsetSpan) (inbox.OffsetClaim, error) {
+func (s *Store) ClaimOffsets(ctx context.Context, consumer string, spans []contract.OffsetSpan) (contract.OffsetClaim, error) {
 	l, err := s.enter(ctx, "moving the offsets")
 	if err != nil {
-		return inbox.OffsetClaim{}, err
+		return contract.OffsetClaim{}, err
 	}
 	tx, err := l.begin(ctx)
 	if err != nil {
-		return inbox.OffsetClaim{}, joinErrors(s.wrap("beginning the transaction", err), l.restore(ctx, l.conn), release(l))
+		return contract.OffsetClaim{}, joinErrors(s.wrap("beginning the transaction", err), l.restore(ctx, l.conn), release(l))
 	}
 	claim, err := s.claimOffsets(ctx, &inboxTx{s: s, tx: tx, lease: l}, consumer, spans)
 	if err != nil {
-		return inbox.OffsetClaim{}, joinErrors(err, rollback(tx), l.restore(ctx, l.conn), release(l))
+		return contract.OffsetClaim{}, joinErrors(err, rollback(tx), l.restore(ctx, l.conn), release(l))
 	}
 	return claim, nil
 }
 
 // ClaimOffsetsIn implements inbox.OffsetStore; tx must be a *sql.Tx on the same
 // database file, as for ClaimIn.
-func (s *Store) ClaimOffsetsIn(ctx context.Context, tx any, consumer string, spans []inbox.OffsetSpan) (inbox.OffsetClaim, error) {
+func (s *Store) ClaimOffsetsIn(ctx context.Context, tx any, consumer string, spans []contract.OffsetSpan) (contract.OffsetClaim, error) {
 	sqlTx, ok := tx.(*sql.Tx)
 	if !ok {
-		return inbox.OffsetClaim{}, fmt.Errorf("inbox: the transaction in the context is a %T; sqlitestore joins only a *sql.Tx", tx)
+		return contract.OffsetClaim{}, fmt.Errorf("inbox: the transaction in the context is a %T; sqlitestore joins only a *sql.Tx", tx)
 	}
 	if err := ctx.Err(); err != nil {
-		return inbox.OffsetClaim{}, fmt.Errorf("inbox: moving the offsets: %w", err)
+		return contract.OffsetClaim{}, fmt.Errorf("inbox: moving the offsets: %w", err)
 	}
 	return s.claimOffsets(ctx, &inboxTx{s: s, tx: sqlTx}, consumer, spans)
 }
@@ -91,9 +91,9 @@ func (s *Store) ClaimOffsetsIn(ctx context.Context, tx any, consumer string, spa
 // claimOffsets runs each span's upsert under the wait for the write lock (see bounded),
 // then reads the rows that did not move. t's Commit stores output with the last span's
 // partition.
-func (s *Store) claimOffsets(ctx context.Context, t *inboxTx, consumer string, spans []inbox.OffsetSpan) (inbox.OffsetClaim, error) {
+func (s *Store) claimOffsets(ctx context.Context, t *inboxTx, consumer string, spans []contract.OffsetSpan) (contract.OffsetClaim, error) {
 	q := s.sql.offsets
-	claim := inbox.OffsetClaim{Partitions: make([]inbox.PartitionState, len(spans))}
+	claim := contract.OffsetClaim{Partitions: make([]contract.PartitionState, len(spans))}
 	err := s.bounded(ctx, t, func() error {
 		at := now()
 		for i, span := range spans {
@@ -111,7 +111,7 @@ func (s *Store) claimOffsets(ctx context.Context, t *inboxTx, consumer string, s
 		return nil
 	})
 	if err != nil {
-		return inbox.OffsetClaim{}, s.wrapOffsets(t.tx, "moving the offsets", err)
+		return contract.OffsetClaim{}, s.wrapOffsets(t.tx, "moving the offsets", err)
 	}
 	for i, span := range spans {
 		st := &claim.Partitions[i]
@@ -120,7 +120,7 @@ func (s *Store) claimOffsets(ctx context.Context, t *inboxTx, consumer string, s
 		}
 		err := t.tx.QueryRowContext(ctx, q.state, consumer, span.Topic, span.Partition).Scan(&st.Next, &st.LeaderEpoch, &st.MaxTimestamp, &st.TopicID, &st.Output)
 		if err != nil {
-			return inbox.OffsetClaim{}, s.wrapOffsets(t.tx, "reading the stored offsets", err)
+			return contract.OffsetClaim{}, s.wrapOffsets(t.tx, "reading the stored offsets", err)
 		}
 	}
 	if len(spans) > 0 {
@@ -135,7 +135,7 @@ func (s *Store) claimOffsets(ctx context.Context, t *inboxTx, consumer string, s
 }
 
 // Offsets implements inbox.OffsetStore.
-func (s *Store) Offsets(ctx context.Context, consumer string) ([]inbox.PartitionOffset, error) {
+func (s *Store) Offsets(ctx context.Context, consumer string) ([]contract.PartitionOffset, error) {
 	query, args := s.sql.offsets.listAll, []any(nil)
 	if consumer != "" {
 		query, args = s.sql.offsets.list, []any{consumer}
@@ -145,9 +145,9 @@ func (s *Store) Offsets(ctx context.Context, consumer string) ([]inbox.Partition
 		return nil, s.wrapOffsets(s.db, "reading the offsets", err)
 	}
 	defer rows.Close()
-	var offsets []inbox.PartitionOffset
+	var offsets []contract.PartitionOffset
 	for rows.Next() {
-		var o inbox.PartitionOffset
+		var o contract.PartitionOffset
 		var ms, updated int64
 		if err := rows.Scan(&o.Consumer, &o.Topic, &o.Partition, &o.Next, &o.LeaderEpoch, &ms, &o.TopicID, &updated); err != nil {
 			return nil, s.wrapOffsets(s.db, "reading the offsets", err)
@@ -210,9 +210,9 @@ func (s *Store) verifyOffsets(ctx context.Context, db queryer) error {
 	}
 	switch {
 	case len(have) == 0:
-		return fmt.Errorf("inbox: checking the offsets table: %w: table %q does not exist: %s", inbox.ErrNoTable, s.sql.offsets.table, createOffsets)
+		return fmt.Errorf("inbox: checking the offsets table: %w: table %q does not exist: %s", contract.ErrNoTable, s.sql.offsets.table, createOffsets)
 	case len(missing) > 0:
-		return fmt.Errorf("inbox: checking the offsets table: %w: table %q lacks the columns %s: %s", inbox.ErrNoTable, s.sql.offsets.table, strings.Join(missing, ", "), createOffsets)
+		return fmt.Errorf("inbox: checking the offsets table: %w: table %q lacks the columns %s: %s", contract.ErrNoTable, s.sql.offsets.table, strings.Join(missing, ", "), createOffsets)
 	}
 	return nil
 }

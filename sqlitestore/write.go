@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/watermill-inbox/inbox"
+	"github.com/watermill-inbox/inbox/internal/sqlstore"
 )
 
 // dbInfo is what the store reads of its database once, and the process's state of it.
@@ -68,7 +68,7 @@ type execer interface {
 // is one, until restore.
 type lease struct {
 	info *dbInfo
-	conn inbox.SQLDB
+	conn sqlstore.DB
 	// saved is the connection's busy_timeout (ms) to put back, -1 when the store did not
 	// change it.
 	saved int64

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"strings"
+	"time"
 	"unicode/utf8"
 )
 
@@ -25,3 +26,7 @@ func StorableKey(key string) string {
 // DefaultTable is the inbox table's default name. A store also uses the table
 // <name>_attempts, for Config.MaxAttempts.
 const DefaultTable = "inbox"
+
+// DefaultMinRetention is the youngest purge cutoff inbox.Purge accepts unless forced, and
+// the shortest a store that expires its keys by itself keeps them by default.
+const DefaultMinRetention = 7 * 24 * time.Hour

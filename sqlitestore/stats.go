@@ -2,14 +2,15 @@ package sqlitestore
 
 import (
 	"context"
+	"time"
 
-	"github.com/watermill-inbox/inbox"
+	"github.com/watermill-inbox/inbox/internal/contract"
 )
 
 // The optional store abilities the table metrics and the consumer-name check use.
 var (
-	_ inbox.ConsumerNeighbours = (*Store)(nil)
-	_ inbox.AttemptCounter     = (*Store)(nil)
+	_ contract.ConsumerNeighbours = (*Store)(nil)
+	_ contract.AttemptCounter     = (*Store)(nil)
 )
 
 // NeighbourConsumers implements inbox.ConsumerNeighbours: the consumer itself if it has
@@ -62,4 +63,27 @@ func (s *Store) UnfinishedAttempts(ctx context.Context) (map[string]int64, error
 		return nil, s.wrap("counting unfinished attempts", err)
 	}
 	return out, nil
+}
+
+// Stats implements inbox.Store.
+func (s *Store) Stats(ctx context.Context) ([]contract.ConsumerStats, error) {
+	rows, err := s.db.QueryContext(ctx, s.sql.stats)
+	if err != nil {
+		return nil, s.wrap("reading stats", err)
+	}
+	defer rows.Close()
+	var stats []contract.ConsumerStats
+	for rows.Next() {
+		var c contract.ConsumerStats
+		var oldest int64
+		if err := rows.Scan(&c.Consumer, &c.Keys, &oldest); err != nil {
+			return nil, s.wrap("reading stats", err)
+		}
+		c.Oldest = time.UnixMicro(oldest).UTC()
+		stats = append(stats, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.wrap("reading stats", err)
+	}
+	return stats, nil
 }

@@ -7,8 +7,24 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/watermill-inbox/inbox"
+	"github.com/watermill-inbox/inbox/internal/contract"
+	"github.com/watermill-inbox/inbox/internal/sqlstore"
+	"github.com/watermill-inbox/inbox/schema"
 )
+
+// CreateSchema creates the store's tables and index if they do not exist, with the DDL
+// of schema/sqlite.sql, in one transaction, for users who do not run a migration tool.
+// It leaves the journal mode as it is: DSN asks for WAL.
+func (s *Store) CreateSchema(ctx context.Context) error {
+	ddl, err := Schema(s.cfg.Table)
+	if err != nil {
+		return err
+	}
+	return s.write(ctx, "creating the schema", func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, ddl)
+		return err
+	})
+}
 
 // The columns the store reads and writes, per table.
 var (
@@ -34,7 +50,7 @@ func (s *Store) Verify(ctx context.Context) error {
 }
 
 // checkTables checks the columns of both tables on db.
-func (s *Store) checkTables(ctx context.Context, db inbox.SQLDB) error {
+func (s *Store) checkTables(ctx context.Context, db sqlstore.DB) error {
 	for _, t := range []struct {
 		name string
 		want []string
@@ -51,9 +67,9 @@ func (s *Store) checkTables(ctx context.Context, db inbox.SQLDB) error {
 		}
 		switch {
 		case len(have) == 0:
-			return fmt.Errorf("inbox: checking the tables: %w: table %q does not exist: run schema/sqlite.sql, `inbox schema sqlite`, or (*sqlitestore.Store).CreateSchema", inbox.ErrNoTable, t.name)
+			return fmt.Errorf("inbox: checking the tables: %w: table %q does not exist: run schema/sqlite.sql, `inbox schema sqlite`, or (*sqlitestore.Store).CreateSchema", contract.ErrNoTable, t.name)
 		case len(missing) > 0:
-			return fmt.Errorf("inbox: checking the tables: %w: table %q lacks the columns %s: it is outdated; apply the migrations in migrations/sqlite", inbox.ErrNoTable, t.name, strings.Join(missing, ", "))
+			return fmt.Errorf("inbox: checking the tables: %w: table %q lacks the columns %s: it is outdated; apply the migrations in migrations/sqlite", contract.ErrNoTable, t.name, strings.Join(missing, ", "))
 		}
 	}
 	return nil
@@ -106,4 +122,13 @@ func (s *Store) checkSharedMemory(ctx context.Context, pool *sql.DB) error {
 		}
 	}
 	return nil
+}
+
+// Schema returns the SQLite DDL (schema/sqlite.sql) for an inbox table named table. It
+// holds several statements, which database/sql's SQLite drivers run in one Exec.
+func Schema(table string) (string, error) {
+	if err := sqlstore.ValidateTable(table); err != nil {
+		return "", fmt.Errorf("inbox: %w", err)
+	}
+	return sqlstore.WithTable(schema.SQLite, `"`, table), nil
 }

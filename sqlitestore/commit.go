@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/watermill-inbox/inbox"
+	"github.com/watermill-inbox/inbox/internal/contract"
 )
 
 // inboxTx is the transaction of a claimed key.
@@ -18,7 +18,7 @@ import (
 type inboxTx struct {
 	s   *Store
 	tx  *sql.Tx
-	rec inbox.Record
+	rec contract.Record
 	// lease is the store's turn at the write lock and its connection, released when the
 	// transaction ends; nil for a joined transaction.
 	lease *lease
@@ -119,7 +119,7 @@ func (t *inboxTx) ended(ctx context.Context, doing string, err error) error {
 		return fmt.Errorf("inbox: %s: %w", doing, joinErrors(ctxErr, err))
 	}
 	if errors.Is(err, sql.ErrTxDone) {
-		return fmt.Errorf("inbox: %s: %w", doing, inbox.ErrTxDone)
+		return fmt.Errorf("inbox: %s: %w", doing, contract.ErrTxDone)
 	}
 	return t.s.wrap(doing, err)
 }
@@ -154,5 +154,6 @@ type joined struct {
 	errs []error
 }
 
-func (e *joined) Error() string   { return e.msg }
+func (e *joined) Error() string { return e.msg }
+
 func (e *joined) Unwrap() []error { return e.errs }

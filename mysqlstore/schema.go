@@ -1,0 +1,182 @@
+package mysqlstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/watermill-inbox/inbox/internal/contract"
+	"github.com/watermill-inbox/inbox/internal/sqlstore"
+	"github.com/watermill-inbox/inbox/schema"
+)
+
+// mysqlUTCDefault is the column default TiDB refuses.
+const mysqlUTCDefault = " DEFAULT (UTC_TIMESTAMP(6))"
+
+// mysqlSchemaFor returns the DDL of the store's tables for engine e: on Vitess, which
+// has no offset mode, without the offsets table (a table outside the VSchema of a
+// sharded keyspace could not be queried anyway).
+func mysqlSchemaFor(e Engine, table string) (string, error) {
+	ddl, err := Schema(table)
+	switch {
+	case err != nil:
+		return "", err
+	case e == TiDB:
+		return tidbSchema(ddl), nil
+	case e == Vitess:
+		var kept []string
+		for _, stmt := range sqlstore.Statements(ddl) {
+			if !strings.Contains(stmt, "`"+table+"_offsets`") {
+				kept = append(kept, stmt)
+			}
+		}
+		return strings.Join(kept, ";\n") + ";\n", nil
+	}
+	return ddl, nil
+}
+
+// tidbSchema is schema/mysql.sql without the server-side UTC defaults.
+func tidbSchema(ddl string) string {
+	return strings.ReplaceAll(ddl, mysqlUTCDefault, "")
+}
+
+// createEngineSchema runs what CreateSchema needs beyond the DDL: on Vitess, the VSchema
+// entries of both tables, unless the keyspace has them already. vtgate serves a change
+// a moment after ALTER VSCHEMA returns, and its schema tracker may then serve an older
+// version again (a rebuild begun before the change): it returns once two reads 100 ms
+// apart both show the entries, and adds a lost one again.
+func (s *Store) createEngineSchema(ctx context.Context) error {
+	if s.cfg.Engine != Vitess {
+		return nil
+	}
+	tables := []string{s.cfg.Table, s.cfg.Table + "_attempts"}
+	seen := false // the last read showed both
+	for try := 0; ; try++ {
+		known, err := s.vschemaTables(ctx)
+		if err != nil {
+			return fmt.Errorf("inbox: reading the keyspace's VSchema: %w", err)
+		}
+		missing := 0
+		for _, t := range tables {
+			if known[t] {
+				continue
+			}
+			missing++
+			stmt := "ALTER VSCHEMA ON `" + t + "` ADD VINDEX `xxhash`(`key`) USING `xxhash`"
+			if _, err := s.db.ExecContext(ctx, stmt); err != nil {
+				return fmt.Errorf("inbox: adding %q to the keyspace's VSchema (%s: run it as a user vtgate's --vschema-ddl-authorized-users allows, or apply schema/vitess-vschema.json with vtctldclient ApplyVSchema): %w", t, stmt, err)
+			}
+		}
+		if missing == 0 && seen {
+			return nil
+		}
+		seen = missing == 0
+		if try == 20 {
+			return fmt.Errorf("inbox: vtgate does not serve the VSchema entries of %q and %q after 20 ALTER VSCHEMA rounds", tables[0], tables[1])
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// vschemaTables returns the tables of the connection's keyspace's VSchema.
+func (s *Store) vschemaTables(ctx context.Context) (map[string]bool, error) {
+	rows, err := s.db.QueryContext(ctx, "SHOW VSCHEMA TABLES")
+	if err != nil {
+		return nil, err
+	}
+	known := map[string]bool{}
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			_ = rows.Close()
+			return nil, err
+		}
+		known[name] = true
+	}
+	return known, errors.Join(rows.Err(), rows.Close())
+}
+
+// verifyEngine checks, before the tables are read, what New must refuse on the engine:
+// a server of another engine than the config's (checkServerEngine); on Vitess, tables
+// missing from the VSchema (vtgate reports them only in its error
+// text), and a best-effort commit across shards.
+func (s *Store) verifyEngine(ctx context.Context) error {
+	if err := s.checkServerEngine(ctx); err != nil || s.cfg.Engine != Vitess {
+		return err
+	}
+	known, err := s.vschemaTables(ctx)
+	if err != nil {
+		return s.wrap("reading the keyspace's VSchema", err)
+	}
+	for _, t := range []string{s.cfg.Table, s.cfg.Table + "_attempts"} {
+		if !known[t] {
+			return fmt.Errorf("inbox: checking the tables: %w: table %q is not in the VSchema of the DSN's keyspace: run (*MySQLStore).CreateSchema, or create the tables of schema/mysql.sql and apply schema/vitess-vschema.json", contract.ErrNoTable, t)
+		}
+	}
+	if s.cfg.AllowBestEffortCommit {
+		return nil
+	}
+	var mode string
+	if err := s.db.QueryRowContext(ctx, "SELECT @@transaction_mode").Scan(&mode); err != nil {
+		return s.wrap("reading vtgate's transaction_mode", err)
+	}
+	if strings.EqualFold(mode, "MULTI") {
+		return errors.New("inbox: vtgate's transaction_mode is MULTI, where a commit across shards is best-effort and can commit the key without the handler's writes or the other way round: " +
+			"put the handler's rows on the key's shard and use SINGLE (transaction_mode=%27SINGLE%27 in the DSN), or TWOPC (docs/distributed-sql.md: after crashes it can leave unresolved transactions), " +
+			"or set MySQLConfig.AllowBestEffortCommit if your handlers write to the key's shard only")
+	}
+	return nil
+}
+
+// Schema returns the MySQL and MariaDB DDL (schema/mysql.sql) for an inbox table
+// named table. It holds several statements: run them one by one, or with a connection
+// that allows multiStatements.
+func Schema(table string) (string, error) {
+	if err := sqlstore.ValidateTable(table); err != nil {
+		return "", fmt.Errorf("inbox: %w", err)
+	}
+	return sqlstore.WithTable(schema.MySQL, "`", table), nil
+}
+
+// CreateSchema creates the store's tables if they do not exist, with the DDL of
+// schema/mysql.sql, for users who do not run a migration tool. It runs the statements one
+// by one, so the DSN needs no multiStatements.
+func (s *Store) CreateSchema(ctx context.Context) error {
+	ddl, err := mysqlSchemaFor(s.cfg.Engine, s.cfg.Table)
+	if err != nil {
+		return err
+	}
+	if err := s.checkServerEngine(ctx); err != nil {
+		return err
+	}
+	if err := sqlstore.DropOldAttempts("`"+s.cfg.Table+"_attempts`", func(q string) error {
+		_, err := s.db.ExecContext(ctx, q)
+		return err
+	}); err != nil {
+		return err
+	}
+	for _, stmt := range sqlstore.Statements(ddl) {
+		if _, err := s.db.ExecContext(ctx, stmt); err != nil {
+			return fmt.Errorf("inbox: creating the schema: %w", err)
+		}
+	}
+	return s.createEngineSchema(ctx)
+}
+
+// Verify implements Store, for the inbox (not for you).
+func (s *Store) Verify(ctx context.Context) error {
+	if err := s.verifyEngine(ctx); err != nil {
+		return err
+	}
+	var n int
+	if err := s.db.QueryRowContext(ctx, s.sql.verify).Scan(&n); err != nil {
+		return s.wrap("checking the tables", err)
+	}
+	return nil
+}
