@@ -67,8 +67,9 @@ type Config struct {
 	AllowBestEffortCommit bool
 }
 
-// Store is a Store on MySQL 8+ or MariaDB 10.11+ (InnoDB) through database/sql, with
-// the driver github.com/go-sql-driver/mysql. Handlers get a *sql.Tx from TxFromContext.
+// Store is the inbox's store on MySQL 8+ or MariaDB 10.11+ (InnoDB), Vitess or TiDB
+// (Config.Engine) through database/sql, with the driver github.com/go-sql-driver/mysql
+// (inbox.MySQLStore). Handlers get a *sql.Tx from inbox.TxFromContext.
 //
 // Your methods: CreateSchema (or run schema/mysql.sql), Forget, Stats, UnfinishedAttempts
 // and NeighbourConsumers; purge with inbox.Purge or inbox.PurgeEvery. The others (Claim,

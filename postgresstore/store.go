@@ -57,8 +57,8 @@ type Config struct {
 	SearchPath bool
 }
 
-// Store is a Store on PostgreSQL through pgx. Handlers get a pgx.Tx from
-// TxFromContext.
+// Store is the inbox's store on PostgreSQL through pgx (inbox.PostgresStore). Handlers
+// get a pgx.Tx from inbox.TxFromContext.
 //
 // Your methods: CreateSchema (or run schema/postgres.sql), Forget, Stats, UnfinishedAttempts
 // and NeighbourConsumers; purge with inbox.Purge or inbox.PurgeEvery. The others (Claim,

@@ -44,9 +44,9 @@ type SQLConfig struct {
 	SearchPath bool
 }
 
-// SQLStore is a Store on PostgreSQL through database/sql, for services that use
+// SQLStore is the inbox's store on PostgreSQL through database/sql (inbox.SQLPostgresStore), for services that use
 // pgx's stdlib driver (github.com/jackc/pgx/v5/stdlib) with sqlx, sqlc, GORM, ent or bun.
-// It uses the same tables as PostgresStore. Handlers get a *sql.Tx from TxFromContext.
+// It uses the same tables as Store. Handlers get a *sql.Tx from TxFromContext.
 //
 // Your methods: CreateSchema (or run schema/postgres.sql), Forget, Stats, UnfinishedAttempts
 // and NeighbourConsumers; purge with inbox.Purge or inbox.PurgeEvery. The others (Claim,
