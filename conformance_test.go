@@ -495,6 +495,7 @@ func exerciseStore(t *testing.T, f storeFlavour) {
 	exerciseFaultAxis(t, f)
 	exerciseBatches(t, f)
 	exerciseOffsets(t, f)
+	exercisePurgeTurns(t, f)
 
 	t.Run("MissingTableFailsNew", func(t *testing.T) {
 		if f.caps.noSchema {

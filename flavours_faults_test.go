@@ -2,6 +2,7 @@ package inbox_test
 
 import (
 	"context"
+	"errors"
 	"crypto/sha1"
 	"database/sql"
 	"database/sql/driver"
@@ -47,6 +48,8 @@ const (
 	// claim: over a store that cannot read before it (redialStore, which hides the
 	// unexported method), the hint is ignored and the claim reads.
 	stepReadStored faultStep = "read-stored"
+	// stepPurge is a purge batch's DELETE of keys (in a purge turn: inbox.PurgeTurns).
+	stepPurge faultStep = "purge"
 )
 
 // netFaults is how a fixture's connections are broken.
@@ -104,6 +107,7 @@ func pgFaultSteps(t, ledger string) map[faultStep]netfault.Step {
 		stepCommit:       {Match: statement("commit"), After: claim},
 		stepAttemptStart: {Match: netfault.Contains("INSERT INTO " + a + " (")},
 		stepAttemptEnd:   {Match: netfault.Contains("DELETE FROM " + a + " WHERE")},
+		stepPurge:        {Match: netfault.Contains("DELETE FROM " + t + " WHERE ctid IN")},
 		stepReadStored: {Match: anyOf(
 			netfault.Contains("SELECT fingerprint, output FROM "+t+" WHERE"),
 			netfault.Contains("SELECT encode(fingerprint, 'hex'), encode(output, 'hex') FROM "+t+" WHERE"),
@@ -167,6 +171,7 @@ func mysqlFaultSteps(table, ledger string) map[faultStep]netfault.Step {
 		stepAttemptStart: {Match: netfault.Contains("INSERT INTO " + a + " (")},
 		stepAttemptEnd:   {Match: netfault.Contains("DELETE FROM " + a + " WHERE")},
 		stepReadStored:   {Match: netfault.Contains("SELECT `fingerprint`, `output` FROM " + t + " WHERE")},
+		stepPurge:        {Match: netfault.Contains("DELETE FROM " + t + " WHERE")},
 	}
 }
 
@@ -289,6 +294,15 @@ func (s *redialStore) EndAttempt(ctx context.Context, rec inbox.Record) error {
 
 func (s *redialStore) Forget(ctx context.Context, consumer, key string) (bool, error) {
 	return s.store().Forget(ctx, consumer, key)
+}
+
+// TakePurgeTurn implements inbox.PurgeTurns on the current connection's store.
+func (s *redialStore) TakePurgeTurn(ctx context.Context, idle time.Duration) (inbox.PurgeTurn, error) {
+	turns, ok := s.store().(inbox.PurgeTurns)
+	if !ok {
+		return nil, fmt.Errorf("%w: no purge turns", errors.ErrUnsupported)
+	}
+	return turns.TakePurgeTurn(ctx, idle)
 }
 
 func (s *redialStore) PurgeBatch(ctx context.Context, before time.Time, limit int) (inbox.Purged, error) {

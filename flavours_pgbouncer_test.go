@@ -46,7 +46,7 @@ func pgbouncerPgxFlavour(name string, handle handleKind, mode string) storeFlavo
 	settings := map[string]string{"default_query_exec_mode": mode}
 	return storeFlavour{
 		name: name,
-		caps: caps{attemptsRefused: true},
+		caps: caps{attemptsRefused: true, purgeTurnRefused: inbox.ErrPurgeTurnBehindPooler},
 		open: func(t *testing.T, opts storeOpts) fixture {
 			return pgxFixture(t, pgbouncerDSN(t, settings), handle, opts)
 		},
@@ -71,7 +71,7 @@ func pgbouncerSQLFlavour(name string, handle handleKind, mode string) storeFlavo
 	}
 	return storeFlavour{
 		name: name,
-		caps: caps{attemptsRefused: true},
+		caps: caps{attemptsRefused: true, purgeTurnRefused: inbox.ErrPurgeTurnBehindPooler},
 		open: func(t *testing.T, opts storeOpts) fixture {
 			return sqlFixture(t, open, handle, false, opts, newSQLPostgresFlavourStore(opts.lockTimeout))
 		},

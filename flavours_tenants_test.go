@@ -42,7 +42,7 @@ func tenantFlavours() []storeFlavour {
 		// transaction mode (the search_path is the transaction's, on whichever server
 		// connection runs it).
 		{name: "tenants-pgbouncer-schemas", tenant: caseTenant, open: pgSchemasFixture(false, bouncedPg), missing: pgSchemasMissing,
-			caps: caps{attemptsRefused: true}},
+			caps: caps{attemptsRefused: true, purgeTurnRefused: inbox.ErrPurgeTurnBehindPooler}},
 		{name: "tenants-mariadb-databases", tenant: caseTenant, open: mariaDatabasesFixture, missing: mariaDatabasesMissing},
 		{name: "tenants-redis-prefixes", tenant: caseTenant, open: redisPrefixesFixture,
 			caps: caps{noJoin: true, noPurge: true, noSchema: true, noSession: true, handlerCannotCommit: true, noAttemptCount: true, noNeighbours: true, noOffsets: true}},

@@ -3,6 +3,7 @@ package inbox_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -94,6 +95,10 @@ type caps struct {
 	oneWriter bool
 	noBatch   bool // ProcessBatch is refused with errors.ErrUnsupported
 	noOffsets bool // offset mode is refused: ProcessOffsets with errors.ErrUnsupported, Config.Position by New
+	// purgeTurnRefused is the error a purge turn (inbox.PurgeTurns) is refused with: a
+	// handle that cannot lend a connection of its own (a MySQL *sql.Conn:
+	// errors.ErrUnsupported), a pooler in transaction mode (ErrPurgeTurnBehindPooler).
+	purgeTurnRefused error
 }
 
 type storeOpts struct {
@@ -517,8 +522,13 @@ func mysqlConnFlavour(name string, dsn func(t testing.TB) string) storeFlavour {
 
 func mysqlLikeFlavour(name string, dsn func(t testing.TB) string, handle handleKind, cfg inbox.MySQLConfig) storeFlavour {
 	open := mysqlDialOpener(dsn)
+	var refused error
+	if handle == oneSQLConn {
+		refused = errors.ErrUnsupported // a *sql.Conn of go-sql-driver cannot lend a connection of its own
+	}
 	return storeFlavour{
 		name: name,
+		caps: caps{purgeTurnRefused: refused},
 		open: func(t *testing.T, opts storeOpts) fixture {
 			cfg := cfg
 			cfg.LockTimeout = opts.lockTimeout

@@ -13,7 +13,7 @@ import (
 var permanentErrors = []error{
 	ErrNoKey, ErrNoConsumer, ErrDuplicate, ErrFingerprintMismatch, ErrTooManyAttempts,
 	ErrTxDone, ErrRetention, ErrNoTx, ErrOutputTooLarge, ErrNoTenant, ErrUnknownTenant,
-	ErrOffsetRewound, ErrNotInOrder, ErrMixedTenants,
+	ErrOffsetRewound, ErrNotInOrder, ErrMixedTenants, ErrPurgeTurnBehindPooler,
 }
 
 // PermanentError is what an error implements to tell Permanent what it is: a store's

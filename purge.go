@@ -113,15 +113,28 @@ func Purge(ctx context.Context, store Store, cfg PurgeConfig) (int64, error) {
 }
 
 func purge(ctx context.Context, store Store, cfg PurgeConfig, before time.Time) (int64, error) {
-	var total int64
+	n, err := purgeRows(ctx, store, cfg, before)
+	return n.Keys, err
+}
+
+// purgeBatcher deletes a batch: a Store, or a PurgeTurn on its own session.
+type purgeBatcher interface {
+	PurgeBatch(ctx context.Context, before time.Time, limit int) (Purged, error)
+}
+
+// purgeRows deletes in batches until a batch finds fewer keys and attempt rows than
+// cfg.BatchSize, and returns how many of each it deleted.
+func purgeRows(ctx context.Context, b purgeBatcher, cfg PurgeConfig, before time.Time) (Purged, error) {
+	var total Purged
 	for {
-		n, err := store.PurgeBatch(ctx, before, cfg.BatchSize)
-		total += n.Keys
+		n, err := b.PurgeBatch(ctx, before, cfg.BatchSize)
+		total.Keys += n.Keys
+		total.Attempts += n.Attempts
 		if err != nil {
 			return total, err
 		}
 		if cfg.Progress != nil {
-			cfg.Progress(total)
+			cfg.Progress(total.Keys)
 		}
 		if n.Keys < int64(cfg.BatchSize) && n.Attempts < int64(cfg.BatchSize) {
 			return total, nil

@@ -2,6 +2,7 @@ package inbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -240,3 +241,45 @@ func (t *tenantTx) Abandon(ctx context.Context) error {
 }
 
 func (t *tenantTx) release() { t.once.Do(t.e.inFlight.Done) }
+
+var _ PurgeTurns = (*TenantStore)(nil)
+
+// TakePurgeTurn implements PurgeTurns on the store of the tenant in ctx: the turn is
+// that tenant's table's. It fails with errors.ErrUnsupported when that store has none.
+// The turn holds a reference on the tenant's store until Release.
+func (s *TenantStore) TakePurgeTurn(ctx context.Context, idle time.Duration) (PurgeTurn, error) {
+	e, err := s.use(ctx, "taking the purge turn")
+	if err != nil {
+		return nil, err
+	}
+	turns, ok := e.t.Store.(PurgeTurns)
+	if !ok {
+		e.inFlight.Done()
+		return nil, e.wrap(fmt.Errorf("inbox: %w: the tenant's store (%T) has no purge turns (inbox.PurgeTurns)", errors.ErrUnsupported, e.t.Store))
+	}
+	turn, err := turns.TakePurgeTurn(ctx, idle)
+	if err != nil || turn == nil {
+		e.inFlight.Done()
+		return nil, e.wrap(err)
+	}
+	return &tenantTurn{PurgeTurn: turn, e: e}, nil
+}
+
+// tenantTurn is a tenant store's purge turn, holding a reference on the store until
+// Release.
+type tenantTurn struct {
+	PurgeTurn
+	e    *tenantEntry
+	once sync.Once
+}
+
+func (t *tenantTurn) PurgeBatch(ctx context.Context, before time.Time, limit int) (Purged, error) {
+	n, err := t.PurgeTurn.PurgeBatch(ctx, before, limit)
+	return n, t.e.wrap(err)
+}
+
+func (t *tenantTurn) Release(ctx context.Context) error {
+	err := t.PurgeTurn.Release(ctx)
+	t.once.Do(t.e.inFlight.Done)
+	return t.e.wrap(err)
+}

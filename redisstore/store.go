@@ -128,12 +128,6 @@ func (s *Store) Forget(ctx context.Context, consumer, key string) (bool, error) 
 	return found == 1, nil
 }
 
-// PurgeBatch implements inbox.Store and does nothing: Redis expires keys after
-// Config.Retention by itself. It returns 0, so inbox.Purge and PurgeEvery stop at once.
-func (s *Store) PurgeBatch(context.Context, time.Time, int) (contract.Purged, error) {
-	return contract.Purged{}, nil
-}
-
 // Verify implements inbox.Store. Redis has no schema: it checks that Redis answers,
 // loads the scripts (so that commits run them by SHA, in one round trip) and reads the
 // command table the commit checks queued commands against. With

@@ -3,6 +3,7 @@
 package sqlitestore
 
 import (
+	"errors"
 	"os"
 	"syscall"
 )
@@ -27,4 +28,14 @@ func byteHeld(f *os.File, at int64) (bool, error) {
 		return false, err
 	}
 	return lk.Type != syscall.F_UNLCK, nil
+}
+
+// tryLockByte takes the byte's lock if no other process holds it, and reports whether
+// it did.
+func tryLockByte(f *os.File, at int64) (bool, error) {
+	err := lockByte(f, at)
+	if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EACCES) {
+		return false, nil
+	}
+	return err == nil, err
 }

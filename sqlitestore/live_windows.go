@@ -35,3 +35,13 @@ func byteHeld(f *os.File, at int64) (bool, error) {
 	}
 	return false, err
 }
+
+// tryLockByte takes the byte's lock if no other process holds it, and reports whether
+// it did.
+func tryLockByte(f *os.File, at int64) (bool, error) {
+	err := lockByte(f, at)
+	if errors.Is(err, windows.ERROR_LOCK_VIOLATION) || errors.Is(err, windows.ERROR_IO_PENDING) {
+		return false, nil
+	}
+	return err == nil, err
+}
