@@ -2,11 +2,11 @@ package inbox_test
 
 import (
 	"context"
-	"errors"
 	"crypto/sha1"
 	"database/sql"
 	"database/sql/driver"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"os"
