@@ -91,6 +91,24 @@ type RetentionRun struct {
 	Err error
 }
 
+// The results of a RetentionRun, as Result names them in metrics.
+const (
+	RetentionPurged  = "purged"  // it held the turn and purged to the end
+	RetentionSkipped = "skipped" // another process held the turn: nothing ran
+	RetentionFailed  = "failed"  // taking the turn or purging failed (Err)
+)
+
+// Result says how the run ended: RetentionPurged, RetentionSkipped or RetentionFailed.
+func (r RetentionRun) Result() string {
+	switch {
+	case r.Err != nil:
+		return RetentionFailed
+	case !r.Turn:
+		return RetentionSkipped
+	}
+	return RetentionPurged
+}
+
 // RetentionObserver receives each run of a Retention, after its turn ended.
 type RetentionObserver interface {
 	ObserveRetention(ctx context.Context, run RetentionRun)

@@ -91,13 +91,15 @@ type Config struct {
 }
 
 // Observer is an inbox.Observer that records to OpenTelemetry instruments and annotates
-// the span in the message's context. It is safe for concurrent use; one Observer can serve
+// the span in the message's context, and an inbox.RetentionObserver that records the
+// purges of an inbox.Retention (PurgeRunsMetric...). It is safe for concurrent use; one Observer can serve
 // every inbox of a process, the consumer being an attribute.
 type Observer struct {
 	cfg       Config
 	messages  metric.Int64Counter
 	claimWait metric.Float64Histogram
 	sets      sync.Map // seriesKey -> attribute.Set
+	retention retentionInstruments
 }
 
 var _ inbox.Observer = (*Observer)(nil)
@@ -127,7 +129,11 @@ func New(cfg Config) (*Observer, error) {
 	if err := oneline.Join(errMessages, errClaim); err != nil {
 		return nil, fmt.Errorf("inboxotel: creating the instruments with the MeterProvider: %w", err)
 	}
-	return &Observer{cfg: cfg, messages: messages, claimWait: claimWait}, nil
+	retention, err := newRetentionInstruments(meter)
+	if err != nil {
+		return nil, err
+	}
+	return &Observer{cfg: cfg, messages: messages, claimWait: claimWait, retention: retention}, nil
 }
 
 // Observe implements inbox.Observer: it counts o, records its claim time when a claim was

@@ -42,11 +42,13 @@ const (
 var ClaimWaitBuckets = prometheus.ExponentialBuckets(0.0005, 2, 16)
 
 // Observer is an inbox.Observer that counts outcomes and claim waits in Prometheus
-// collectors. It is safe for concurrent use.
+// collectors, and an inbox.RetentionObserver that counts the purges of an
+// inbox.Retention (PurgeRunsTotal...). It is safe for concurrent use.
 type Observer struct {
 	messages  *prometheus.CounterVec
 	claimWait *prometheus.HistogramVec
 	tenant    bool
+	retention retentionMetrics
 }
 
 // Config configures an Observer made with NewWithConfig.
@@ -56,7 +58,8 @@ type Config struct {
 	Registerer prometheus.Registerer
 
 	// TenantLabel adds the label "tenant" (inbox.Observation.Tenant, empty for a message
-	// without one) to both metrics, for an inbox on an inbox.TenantStore. Each tenant
+	// without one) to both metrics, and to the retention's (inbox.RetentionRun.Tenant),
+	// for an inbox on an inbox.TenantStore. Each tenant
 	// multiplies the series, so it is off unless asked for: with many tenants, keep it
 	// off and label by tenant in traces (inboxotel) or logs. Defaults to false.
 	TenantLabel bool
@@ -91,9 +94,10 @@ func NewWithConfig(cfg Config) (*Observer, error) {
 			Help:    "Time spent claiming a message's inbox key, waits on a concurrent duplicate included.",
 			Buckets: ClaimWaitBuckets,
 		}, waitLabels),
-		tenant: cfg.TenantLabel,
+		tenant:    cfg.TenantLabel,
+		retention: newRetentionMetrics(cfg.TenantLabel),
 	}
-	for _, c := range []prometheus.Collector{o.messages, o.claimWait} {
+	for _, c := range append([]prometheus.Collector{o.messages, o.claimWait}, o.retention.collectors()...) {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("inboxprom: registering the inbox metrics: %w", err)
 		}
