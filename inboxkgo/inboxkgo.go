@@ -18,12 +18,20 @@
 // per consumer, topic and partition; on each partition assignment the loop seeks to
 // the stored offsets (kgo.AdjustFetchOffsetsFn), so that the database, not Kafka,
 // says where consumption resumes, and Kafka's committed offsets serve monitoring.
+//
+// A batch that fails goes to Config.OnError, which decides: Retry it after a backoff,
+// Skip the record it names (to Config.Skip: a dead-letter topic, a log, a store of your
+// own) and process the others, or Stop. DefaultOnError retries transient errors, skips
+// a record that cannot be processed (no key, a handler's permanent RecordError) when
+// there is a destination, and stops on inbox.ErrOffsetRewound and other permanent
+// errors. Everything not skipped is processed exactly once, as without failures.
 package inboxkgo
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -31,8 +39,12 @@ import (
 	"github.com/watermill-inbox/inbox"
 )
 
-// DefaultMaxPollRecords is Config.MaxPollRecords's default.
-const DefaultMaxPollRecords = 100
+// Defaults of Config.
+const (
+	DefaultMaxPollRecords = 100
+	DefaultMinBackoff     = 100 * time.Millisecond
+	DefaultMaxBackoff     = 30 * time.Second
+)
 
 // Config configures a Consumer. Pass it to New, which applies the defaults and
 // validates it.
@@ -59,27 +71,55 @@ type Config struct {
 
 	// Handle runs once per poll with the new records, in order, in the claimed
 	// transaction, which ctx carries (inbox.TxFromContext): write through it. Its error
-	// rolls everything back, records' claims included, and stops Run. It is not called
-	// when every record of a poll is a duplicate. Required.
+	// rolls everything back, records' claims included, and goes to OnError; a
+	// *RecordError names the record it failed on, which OnError may skip. It is not
+	// called when every record of a poll is a duplicate (or skipped). Required.
 	Handle func(ctx context.Context, records []*kgo.Record) error
+
+	// OnError decides what Run does with a batch that failed: Retry, Skip or Stop (see
+	// Action). Defaults to DefaultOnError.
+	OnError func(ctx context.Context, f Failure) Action
+
+	// Skip takes the records OnError skips; the offsets move past a record only once it
+	// took it. Defaults to nil: nothing is skipped, and a Skip is a Stop.
+	Skip Destination
+
+	// MinBackoff is the wait before the first retry of a batch (OnError's Retry); it
+	// doubles with each failure of the same batch in a row. Defaults to
+	// DefaultMinBackoff, 100ms.
+	MinBackoff time.Duration
+
+	// MaxBackoff bounds the wait between two retries. Defaults to DefaultMaxBackoff, 30s.
+	MaxBackoff time.Duration
 
 	// MaxPollRecords bounds the records of one poll, and so of one transaction.
 	// Defaults to DefaultMaxPollRecords, 100.
 	MaxPollRecords int
 
 	// Committed, when set, is called after a batch's database commit and before its
-	// Kafka offset commit, with the polled records and what the inbox did with them:
-	// for metrics, and for tests that kill the process right there.
+	// Kafka offset commit, with the records the inbox got and what it did with them (a
+	// skipped record the inbox refused, such as one without a key, is not among them;
+	// one the handler named is, not processed): for metrics, and for tests that kill
+	// the process right there.
 	Committed func(records []*kgo.Record, res inbox.BatchResult)
 
-	// Logger logs fetch errors and failed Kafka offset commits (the next commit, or a
-	// redelivery found processed, makes up for one). Defaults to watermill.NopLogger.
+	// Logger logs fetch errors, failed Kafka offset commits (the next commit, or a
+	// redelivery found processed, makes up for one) and each failed batch with OnError's
+	// decision. Defaults to watermill.NopLogger.
 	Logger watermill.LoggerAdapter
 }
 
 // Consumer is the loop: see the package doc.
 type Consumer struct {
 	cfg Config
+	// skips are the records the destination took whose batch did not commit yet, and
+	// failed the batch that failed last, with its count of failures in a row: Run's
+	// state, one Run at a time.
+	skips  map[position]skip
+	failed struct {
+		id       string
+		attempts int
+	}
 }
 
 // New returns a Consumer. It fails when the config is invalid, naming the field.
@@ -89,6 +129,15 @@ func New(cfg Config) (*Consumer, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = watermill.NopLogger{}
+	}
+	if cfg.OnError == nil {
+		cfg.OnError = DefaultOnError
+	}
+	if cfg.MinBackoff == 0 {
+		cfg.MinBackoff = DefaultMinBackoff
+	}
+	if cfg.MaxBackoff == 0 {
+		cfg.MaxBackoff = DefaultMaxBackoff
 	}
 	var errs []error
 	if cfg.Inbox == nil {
@@ -109,10 +158,14 @@ func New(cfg Config) (*Consumer, error) {
 	if cfg.MaxPollRecords < 0 {
 		errs = append(errs, fmt.Errorf("MaxPollRecords is %d: use a positive number, or 0 for the default %d", cfg.MaxPollRecords, DefaultMaxPollRecords))
 	}
+	if cfg.MinBackoff < 0 || cfg.MaxBackoff < cfg.MinBackoff {
+		errs = append(errs, fmt.Errorf("MinBackoff is %v and MaxBackoff %v: use positive durations, MaxBackoff at least MinBackoff, or 0 for the defaults %v and %v",
+			cfg.MinBackoff, cfg.MaxBackoff, DefaultMinBackoff, DefaultMaxBackoff))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("inboxkgo: invalid config: %w", err)
 	}
-	return &Consumer{cfg: cfg}, nil
+	return &Consumer{cfg: cfg, skips: map[position]skip{}}, nil
 }
 
 // Opts returns the client options the loop needs: no auto-commit (the loop commits
@@ -148,12 +201,11 @@ func (c *Consumer) seekStored(ctx context.Context, assigned map[string]map[int32
 	return assigned, nil
 }
 
-// Run polls and processes batches until ctx ends (it then returns nil) or a batch
-// fails: then it moves the failed batch's partitions back to its first records, so
-// that they are polled again, and returns the error; call Run again to retry them. A
-// *inbox.BatchItemError names a record that refuses the batch whatever the retry (no
-// key, inbox.ErrOffsetRewound): route it away before retrying. cl must have been made
-// with Opts.
+// Run polls and processes batches until ctx ends (it then returns nil), or until
+// Config.OnError stops on a failed batch: it then moves the batch's partitions back to
+// its first records, so that they are polled again, and returns the error; call Run
+// again to retry them. Retries wait with the partitions moved back and rebalances
+// allowed. cl must have been made with Opts. Run is not safe for concurrent use.
 func (c *Consumer) Run(ctx context.Context, cl *kgo.Client) error {
 	for {
 		fetches := cl.PollRecords(ctx, c.cfg.MaxPollRecords)
@@ -169,34 +221,120 @@ func (c *Consumer) Run(ctx context.Context, cl *kgo.Client) error {
 			cl.AllowRebalance()
 			continue
 		}
-		res, err := c.process(ctx, records, topicIDs(fetches))
-		if err != nil {
-			rewind(cl, records)
-			cl.AllowRebalance()
+		if err := c.batch(ctx, cl, records, topicIDs(fetches)); err != nil {
 			return err
 		}
-		if c.cfg.Committed != nil {
-			c.cfg.Committed(records, res)
+		if ctx.Err() != nil {
+			return nil
 		}
-		if err := cl.CommitRecords(ctx, records...); err != nil && ctx.Err() == nil {
-			c.cfg.Logger.Error("inboxkgo: committing the offsets to Kafka (the records are committed in the database: a redelivery is skipped)", err,
-				watermill.LogFields{"records": len(records)})
-		}
-		cl.AllowRebalance()
 	}
 }
 
-// process runs one batch through the inbox.
-func (c *Consumer) process(ctx context.Context, records []*kgo.Record, ids map[string][]byte) (inbox.BatchResult, error) {
+// batch processes one polled batch, deciding on its failures, and returns the error
+// that stops Run. Rebalances are allowed when it returns.
+func (c *Consumer) batch(ctx context.Context, cl *kgo.Client, records []*kgo.Record, ids map[string][]byte) error {
+	defer cl.AllowRebalance()
+	for {
+		res, got, err := c.process(ctx, records, ids)
+		if err == nil {
+			c.failed.id, c.failed.attempts = "", 0
+			if c.cfg.Committed != nil {
+				c.cfg.Committed(got, res)
+			}
+			if err := cl.CommitRecords(ctx, records...); err != nil && ctx.Err() == nil {
+				c.cfg.Logger.Error("inboxkgo: committing the offsets to Kafka (the records are committed in the database: a redelivery is skipped)", err,
+					watermill.LogFields{"records": len(records)})
+			}
+			c.forgetSkips(records)
+			return nil
+		}
+		if ctx.Err() != nil {
+			rewind(cl, records)
+			return nil
+		}
+		f := c.failure(records, err)
+		action := c.cfg.OnError(ctx, f)
+		if action == Skip && c.cfg.Skip == nil {
+			action = Stop
+		}
+		fields := watermill.LogFields{"records": len(records), "attempt": f.Attempt, "action": action.String()}
+		if f.Record != nil {
+			fields = fields.Add(watermill.LogFields{"topic": f.Record.Topic, "partition": f.Record.Partition, "offset": f.Record.Offset})
+		}
+		switch action {
+		case Skip:
+			c.cfg.Logger.Error("inboxkgo: a batch failed: skipping", err, fields)
+			if err := c.skip(ctx, records, f); err != nil {
+				c.cfg.Logger.Error("inboxkgo: the destination did not take the skipped record: retrying the batch", err, fields)
+				c.retry(ctx, cl, records, f.Attempt)
+				return nil
+			}
+			continue // the same records, the skipped ones set aside
+		case Stop:
+			c.cfg.Logger.Error("inboxkgo: a batch failed: stopping", err, fields)
+			rewind(cl, records)
+			return f.Err
+		default:
+			c.cfg.Logger.Error("inboxkgo: a batch failed: retrying", err, fields)
+			c.retry(ctx, cl, records, f.Attempt)
+			return nil
+		}
+	}
+}
+
+// process runs one batch through the inbox, without the skipped records the inbox
+// refused, and with the handler kept from those it named; it returns the records the
+// inbox got. An error that names a record is a *namedError.
+func (c *Consumer) process(ctx context.Context, records []*kgo.Record, ids map[string][]byte) (inbox.BatchResult, []*kgo.Record, error) {
+	batch := records
+	if len(c.skips) > 0 {
+		batch = make([]*kgo.Record, 0, len(records))
+		for _, r := range records {
+			if s, ok := c.skips[positionOf(r)]; !ok || s.claim {
+				batch = append(batch, r)
+			}
+		}
+	}
+	handle := func(ctx context.Context, fresh []*kgo.Record) error {
+		if len(c.skips) > 0 {
+			kept := make([]*kgo.Record, 0, len(fresh))
+			for _, r := range fresh {
+				if _, skipped := c.skips[positionOf(r)]; !skipped {
+					kept = append(kept, r)
+				}
+			}
+			fresh = kept
+		}
+		if len(fresh) == 0 {
+			return nil
+		}
+		err := c.cfg.Handle(ctx, fresh)
+		var re *RecordError
+		if errors.As(err, &re) && re.Record != nil {
+			return &namedError{record: re.Record, err: err, handler: true}
+		}
+		return err
+	}
+	var res inbox.BatchResult
+	var err error
 	if c.cfg.Offsets {
 		position := func(r *kgo.Record) (inbox.Position, error) {
 			p := Position(r)
 			p.TopicID = ids[r.Topic]
 			return p, nil
 		}
-		return inbox.ProcessOffsetsOf(ctx, c.cfg.Inbox, c.cfg.Consumer, records, position, c.cfg.Handle)
+		res, err = inbox.ProcessOffsetsOf(ctx, c.cfg.Inbox, c.cfg.Consumer, batch, position, handle)
+	} else {
+		res, err = inbox.ProcessBatchOf(ctx, c.cfg.Inbox, c.cfg.Consumer, batch, c.cfg.Key, handle)
 	}
-	return inbox.ProcessBatchOf(ctx, c.cfg.Inbox, c.cfg.Consumer, records, c.cfg.Key, c.cfg.Handle)
+	var named *namedError
+	var item *inbox.BatchItemError
+	switch {
+	case err == nil, errors.As(err, &named):
+	case errors.As(err, &item) && item.Index >= 0 && item.Index < len(batch):
+		err = &namedError{record: batch[item.Index], err: err}
+	}
+	return res, batch, err
 }
 
 // topicIDs returns the IDs of the fetched topics the broker reported.
@@ -226,34 +364,3 @@ func rewind(cl *kgo.Client, records []*kgo.Record) {
 	}
 	cl.SetOffsets(to)
 }
-
-// Position is a record's position, for offset mode: its topic, partition, offset,
-// leader epoch and time (the topic's ID is in the fetch, not the record: Run adds it).
-func Position(r *kgo.Record) inbox.Position {
-	epoch := r.LeaderEpoch
-	if epoch < 0 {
-		epoch = inbox.NoLeaderEpoch
-	}
-	return inbox.Position{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, LeaderEpoch: epoch, Timestamp: r.Timestamp}
-}
-
-// Header returns a Config.Key that keys a record by a header's value; a record without
-// it has no key (inbox.ErrNoKey).
-func Header(name string) func(r *kgo.Record) (inbox.Item, error) {
-	return func(r *kgo.Record) (inbox.Item, error) {
-		for _, h := range r.Headers {
-			if h.Key == name && len(h.Value) > 0 {
-				return inbox.Item{Key: string(h.Value)}, nil
-			}
-		}
-		return inbox.Item{}, fmt.Errorf("%w: record %s/%d/%d has no %q header", inbox.ErrNoKey, r.Topic, r.Partition, r.Offset, name)
-	}
-}
-
-// WatermillUUIDHeader is the header Watermill's Kafka marshaler
-// (watermill-kafka's DefaultMarshaler) puts a message's UUID in.
-const WatermillUUIDHeader = "_watermill_message_uuid"
-
-// WatermillUUID is a Config.Key for records of Watermill's Kafka publisher: the message
-// UUID, the key inbox.KeyFromUUID gives the same message behind the middleware.
-var WatermillUUID = Header(WatermillUUIDHeader)

@@ -32,6 +32,7 @@ func TestNewNamesTheField(t *testing.T) {
 		{"a key in offset mode", inboxkgo.Config{Inbox: &inbox.Inbox{}, Consumer: "c", Offsets: true, Key: inboxkgo.WatermillUUID, Handle: handle}, "Key is set in offset mode"},
 		{"no handler", inboxkgo.Config{Inbox: &inbox.Inbox{}, Consumer: "c", Offsets: true}, "Handle is nil"},
 		{"negative batch", inboxkgo.Config{Inbox: &inbox.Inbox{}, Consumer: "c", Offsets: true, Handle: handle, MaxPollRecords: -1}, "MaxPollRecords"},
+		{"backoffs the wrong way round", inboxkgo.Config{Inbox: &inbox.Inbox{}, Consumer: "c", Offsets: true, Handle: handle, MinBackoff: time.Minute, MaxBackoff: time.Second}, "MinBackoff is 1m0s and MaxBackoff 1s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := inboxkgo.New(tc.cfg)
@@ -57,8 +58,9 @@ func TestKeysAndPositions(t *testing.T) {
 	require.Equal(t, inbox.NoLeaderEpoch, inboxkgo.Position(r).LeaderEpoch)
 }
 
-// A batch whose handler fails: Run moves the partitions back to its first records and
-// returns the error; the next Run gets the same records, and each is applied once.
+// A batch whose handler fails, with an OnError that stops: Run moves the partitions back
+// to its first records and returns the error; the next Run gets the same records, and
+// each is applied once.
 func TestRunRewindsAFailedBatch(t *testing.T) {
 	t.Parallel()
 	brokers := brokertest.KafkaBrokers(t)
@@ -85,6 +87,7 @@ func TestRunRewindsAFailedBatch(t *testing.T) {
 			calls := 0
 			boom := errors.New("provider timed out")
 			cfg := inboxkgo.Config{Inbox: ib, Consumer: "billing", Offsets: offsets,
+				OnError: func(context.Context, inboxkgo.Failure) inboxkgo.Action { return inboxkgo.Stop },
 				Handle: func(ctx context.Context, records []*kgo.Record) error {
 					mu.Lock()
 					calls++
