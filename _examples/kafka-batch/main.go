@@ -4,7 +4,9 @@
 // committed before Kafka's offsets. A consumer that stops between the two commits
 // leaves its last batch to be delivered again: in key mode the next consumer skips it
 // by its keys; in offset mode it seeks to the offsets kept in the database and is not
-// even given it.
+// even given it. Then (poison.go) records the loop cannot process: one without a key,
+// skipped to a dead-letter topic while the loop keeps going, and a topic deleted and
+// created again, on which the loop stops until the offset is reset.
 //
 //	go run ./_examples/kafka-batch
 //
@@ -100,7 +102,7 @@ func run() error {
 			return fmt.Errorf("%s: %w", mode.consumer, err)
 		}
 	}
-	return nil
+	return poison(ctx, pool, ib, brokers, 9) // records the loop cannot process: poison.go
 }
 
 // demo consumes the topic twice as one consumer: a first process that stops after its
