@@ -185,11 +185,25 @@ func (c *Consumer) Opts() []kgo.Opt {
 // left out: the inbox checks each record's epoch against the stored one itself, and an
 // offset past the log's end (a topic re-created with fewer records) is reset by the
 // client (kgo.ConsumeResetOffset), whose first records the inbox then refuses
-// (inbox.ErrOffsetRewound) rather than skips.
+// (inbox.ErrOffsetRewound) rather than skips. A read that fails (a connection the
+// database dropped) is tried again, seekTries times in all, with the backoff of
+// retries: an error here fails the member's join to the group, which then rebalances
+// again without it.
 func (c *Consumer) seekStored(ctx context.Context, assigned map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
-	stored, err := c.cfg.Inbox.Offsets(ctx, c.cfg.Consumer)
-	if err != nil {
-		return nil, fmt.Errorf("inboxkgo: reading the stored offsets of consumer %q: %w", c.cfg.Consumer, err)
+	var stored []inbox.PartitionOffset
+	var err error
+	for attempt := 1; ; attempt++ {
+		if stored, err = c.cfg.Inbox.Offsets(ctx, c.cfg.Consumer); err == nil {
+			break
+		}
+		err = fmt.Errorf("inboxkgo: reading the stored offsets of consumer %q: %w", c.cfg.Consumer, err)
+		if attempt == seekTries || ctx.Err() != nil {
+			return nil, err
+		}
+		c.cfg.Logger.Error("inboxkgo: reading the stored offsets failed: trying again", err, watermill.LogFields{"attempt": attempt})
+		if sleep(ctx, c.backoff(attempt)) != nil {
+			return nil, err
+		}
 	}
 	for _, o := range stored {
 		if parts, ok := assigned[o.Topic]; ok {
@@ -200,6 +214,9 @@ func (c *Consumer) seekStored(ctx context.Context, assigned map[string]map[int32
 	}
 	return assigned, nil
 }
+
+// seekTries bounds the reads of the stored offsets on one assignment.
+const seekTries = 4
 
 // Run polls and processes batches until ctx ends (it then returns nil), or until
 // Config.OnError stops on a failed batch: it then moves the batch's partitions back to

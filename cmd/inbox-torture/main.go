@@ -18,14 +18,20 @@
 //   - -transport nats: each message is published -copies times to a JetStream stream, one
 //     durable consumer delivers to a queue group of all workers (watermill-nats);
 //   - -transport redis: each message is added -copies times to a Redis stream, all workers
-//     consume in one consumer group (watermill-redisstream).
+//     consume in one consumer group (watermill-redisstream);
+//   - -transport kgo: as kafka, but the workers consume with inboxkgo, a batch at a time
+//     (franz-go; ProcessBatch, or ProcessOffsets in offset mode). With -poison N, N of
+//     the messages are records the loop cannot process (in key mode every other one has
+//     no key, the others make the handler refuse them for good): inboxkgo skips them to
+//     the run's dead-letter topic and keeps going; the check wants each of them there,
+//     and neither applied nor anything else skipped.
 //
 // With -tenants N, the messages are spread over N tenants, each with a database of its
 // own (created and dropped by the run), and the workers route them through an
 // inbox.TenantStore (the tenant in the message metadata, or in Process's context); each
 // tenant's ledger is then checked on its own.
 //
-// With -mode offsets (Kafka only) the workers run the inbox in offset mode
+// With -mode offsets (Kafka only: kafka or kgo) the workers run the inbox in offset mode
 // (kafkakey.Partition): one row per partition instead of a key per message. Each message
 // is then published once (-copies 1): offset mode deduplicates the redeliveries of a
 // record, which the kills make, not a producer's copies. The check then wants the stored
@@ -86,6 +92,7 @@ type options struct {
 	natsURL        string
 	redisURL       string
 	tenants        int
+	poison         int
 	run            string
 	keep           bool
 	quiet          bool
@@ -98,8 +105,9 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.slot, "slot", 0, "the worker's slot, kept across restarts (its Kafka group instance id)")
 	fs.StringVar(&o.db, "db", "postgres", "database: postgres, mariadb, mysql (MySQL 8+, the same store as MariaDB), tidb, vitess (a vtgate DSN naming a sharded keyspace, with transaction_mode=%27TWOPC%27), redis (redisstore) or sqlite (sqlitestore, one file all processes open)")
 	fs.StringVar(&o.dsn, "dsn", "", "database DSN, Redis address or SQLite file (default INBOX_POSTGRES_DSN, INBOX_MARIADB_DSN, INBOX_MYSQL_DSN, INBOX_TIDB_DSN, INBOX_VITESS_DSN or INBOX_REDIS_ADDR, or the local test database; for sqlite a new file in the temporary directory, removed after the run)")
-	fs.StringVar(&o.transport, "transport", "direct", "how messages reach the workers: direct, kafka, rabbitmq, nats or redis")
-	fs.StringVar(&o.mode, "mode", "keys", "keys (a key per message) or offsets (offset mode: -transport kafka, -copies 1)")
+	fs.StringVar(&o.transport, "transport", "direct", "how messages reach the workers: direct, kafka, kgo (inboxkgo batches on franz-go), rabbitmq, nats or redis")
+	fs.StringVar(&o.mode, "mode", "keys", "keys (a key per message) or offsets (offset mode: -transport kafka or kgo, -copies 1)")
+	fs.IntVar(&o.poison, "poison", 0, "poison messages among -messages (-transport kgo): records the loop skips to a dead-letter topic")
 	fs.IntVar(&o.workers, "workers", 8, "consumer processes")
 	fs.IntVar(&o.messages, "messages", 60, "messages; message i credits i+1 to account i%accounts")
 	fs.IntVar(&o.accounts, "accounts", 10, "ledger accounts")
@@ -126,22 +134,26 @@ func parseFlags(args []string) (options, error) {
 	switch {
 	case !slices.Contains([]string{"postgres", "mariadb", "mysql", "tidb", "vitess", "redis", "sqlite"}, o.db):
 		return o, fmt.Errorf("-db %q: use postgres, mariadb, mysql, tidb, vitess, redis or sqlite", o.db)
-	case !slices.Contains([]string{"direct", "kafka", "rabbitmq", "nats", "redis"}, o.transport):
-		return o, fmt.Errorf("-transport %q: use direct, kafka, rabbitmq, nats or redis", o.transport)
+	case !slices.Contains([]string{"direct", "kafka", "kgo", "rabbitmq", "nats", "redis"}, o.transport):
+		return o, fmt.Errorf("-transport %q: use direct, kafka, kgo, rabbitmq, nats or redis", o.transport)
 	case o.workers < 1, o.messages < 1, o.accounts < 1, o.concurrency < 1:
 		return o, fmt.Errorf("-workers, -messages, -accounts and -concurrency must be at least 1")
 	case o.mode != "keys" && o.mode != "offsets":
 		return o, fmt.Errorf("-mode %q: use keys or offsets", o.mode)
-	case o.mode == "offsets" && (o.transport != "kafka" || o.copies != 1 || !slices.Contains([]string{"postgres", "mariadb", "mysql", "tidb"}, o.db)):
-		return o, fmt.Errorf("-mode offsets needs -transport kafka, -copies 1 (each record once: the kills make the redeliveries) and -db postgres, mariadb, mysql or tidb")
+	case o.mode == "offsets" && (!isKafka(o.transport) || o.copies != 1 || !slices.Contains([]string{"postgres", "mariadb", "mysql", "tidb"}, o.db)):
+		return o, fmt.Errorf("-mode offsets needs -transport kafka or kgo, -copies 1 (each record once: the kills make the redeliveries) and -db postgres, mariadb, mysql or tidb")
+	case o.transport == "kgo" && !slices.Contains([]string{"postgres", "mariadb", "mysql", "tidb", "sqlite"}, o.db):
+		return o, fmt.Errorf("-transport kgo needs a store that claims batches: -db postgres, mariadb, mysql, tidb or sqlite")
+	case o.poison < 0, o.poison > 0 && o.transport != "kgo", o.poison > o.messages/2:
+		return o, fmt.Errorf("-poison %d: use 0, or up to half of -messages with -transport kgo", o.poison)
 	case o.copies < 2 && o.mode == "keys":
 		return o, fmt.Errorf("-copies is %d: every message is delivered at least twice", o.copies)
 	case o.transport == "direct" && o.copies > o.workers:
 		return o, fmt.Errorf("-copies %d > -workers %d: the direct transport hands the copies of a message to distinct workers", o.copies, o.workers)
 	case o.failRate < 0 || o.failRate >= 1, o.crashRate < 0 || o.crashRate >= 1:
 		return o, fmt.Errorf("-fail-rate and -crash-rate are probabilities below 1")
-	case o.tenants < 0, o.tenants > 0 && !slices.Contains([]string{"postgres", "mariadb", "mysql"}, o.db):
-		return o, fmt.Errorf("-tenants %d: use 0, or a number of tenant databases with -db postgres, mariadb or mysql", o.tenants)
+	case o.tenants < 0, o.tenants > 0 && (!slices.Contains([]string{"postgres", "mariadb", "mysql"}, o.db) || o.transport == "kgo"):
+		return o, fmt.Errorf("-tenants %d: use 0, or a number of tenant databases with -db postgres, mariadb or mysql (not -transport kgo)", o.tenants)
 	}
 	if o.dsn == "" {
 		o.dsn = defaultDSN(o.db)
@@ -166,6 +178,10 @@ func parseFlags(args []string) (options, error) {
 	}
 	return o, nil
 }
+
+// isKafka reports whether transport consumes Kafka: through Watermill (kafka) or
+// inboxkgo (kgo).
+func isKafka(transport string) bool { return transport == "kafka" || transport == "kgo" }
 
 func envOr(name, def string) string {
 	if v := os.Getenv(name); v != "" {

@@ -39,7 +39,7 @@ type event struct {
 // counts are what the run did.
 type counts struct {
 	processed, duplicates, waited, failedInjected, failedDB, contended int
-	crashes, kills, restarts                                           int
+	crashes, kills, restarts, skipped                                  int
 	terminations                                                       atomic.Int64
 }
 
@@ -56,6 +56,8 @@ type parent struct {
 	healed    heal
 	c         counts
 	exe       string
+	// deadLetters counts the dead-letter topic's records per message (-transport kgo).
+	deadLetters map[string]int
 }
 
 // runParent runs the whole scenario and reports whether the ledger came out right.
@@ -129,6 +131,14 @@ func runParent(ctx context.Context, o options) (bool, error) {
 			return false, fmt.Errorf("reading the tenants' ledgers: %w", err)
 		}
 	}
+	if o.transport == "kgo" {
+		got, err := deadLetters(ctx, o)
+		if err != nil {
+			return false, fmt.Errorf("reading the dead-letter topic: %w", err)
+		}
+		p.deadLetters = got
+		problems = append(problems, checkDeadLetters(o, got)...)
+	}
 	if !finished {
 		problems = append([]string{fmt.Sprintf("%d of %d deliveries not handled (-duration %v passed, or interrupted)", p.remaining, o.messages*o.copies, o.duration)}, problems...)
 	}
@@ -150,7 +160,7 @@ func (p *parent) workerArgs(slot int) []string {
 		"-accounts", strconv.Itoa(o.accounts), "-concurrency", strconv.Itoa(o.concurrency),
 		"-fail-rate", strconv.FormatFloat(o.failRate, 'g', -1, 64), "-crash-rate", strconv.FormatFloat(o.crashRate, 'g', -1, 64),
 		"-handler-delay", o.handlerDelay.String(), "-kafka-brokers", o.brokers, "-amqp-url", o.amqpURL,
-		"-nats-url", o.natsURL, "-redis-url", o.redisURL, "-tenants", strconv.Itoa(o.tenants)}
+		"-nats-url", o.natsURL, "-redis-url", o.redisURL, "-tenants", strconv.Itoa(o.tenants), "-poison", strconv.Itoa(o.poison)}
 }
 
 // start starts a new process in slot.
@@ -254,6 +264,15 @@ func (p *parent) loop(stopTerminator func()) bool {
 	}()
 	progress := time.NewTicker(5 * time.Second)
 	defer progress.Stop()
+	// inboxkgo in offset mode seeks to the offsets in the database: a batch committed
+	// there by a worker killed before it reported is never delivered again. The
+	// database says when every record is past.
+	var stored <-chan time.Time
+	if p.o.transport == "kgo" && p.o.mode == "offsets" {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		stored = t.C
+	}
 	interrupted := make(chan os.Signal, 1) // Ctrl-C stops early, and still checks
 	signal.Notify(interrupted, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(interrupted)
@@ -269,6 +288,11 @@ func (p *parent) loop(stopTerminator func()) bool {
 			stopTerminator()
 			p.healed = heal{at: time.Now(), left: p.remaining}
 			p.o.logf("-faults-for %v passed: no more kills or terminations; %d deliveries left", p.o.faultsFor, p.remaining)
+		case <-stored:
+			if s, err := p.db.ledger(context.Background()); err == nil && s.offsets >= int64(p.o.messages*p.o.copies) {
+				p.remaining = 0
+				return true
+			}
 		case <-progress.C:
 			p.o.logf("%d deliveries left; processed %d, duplicates %d, failures %d+%d, kills %d+%d, terminations %d",
 				p.remaining, p.c.processed, p.c.duplicates, p.c.failedInjected, p.c.failedDB, p.c.kills, p.c.crashes, p.c.terminations.Load())
@@ -331,11 +355,14 @@ func (p *parent) handle(ev event) {
 	}
 	d := delivery{i, c}
 	switch verb {
-	case "ok", "dup":
-		if verb == "ok" {
+	case "ok", "dup", "skip":
+		switch verb {
+		case "ok":
 			p.c.processed++
-		} else {
+		case "dup":
 			p.c.duplicates++
+		default:
+			p.c.skipped++
 		}
 		delete(w.inflight, d)
 		if !p.handled[i][c] {
@@ -473,6 +500,14 @@ func (p *parent) print(wall time.Duration, s ledgerState, problems []string) {
 	fmt.Printf("  failures retried        %d injected, %d database errors, %d contended (ErrContended)\n", p.c.failedInjected, p.c.failedDB, p.c.contended)
 	fmt.Printf("  kills                   %d by the parent, %d after a commit before the ack; %d restarts\n", p.c.kills, p.c.crashes, p.c.restarts)
 	fmt.Printf("  connections terminated  %d\n", p.c.terminations.Load())
+	if o.poison > 0 {
+		records := 0
+		for _, n := range p.deadLetters {
+			records += n
+		}
+		fmt.Printf("  poison skipped          %d poison messages; %d deliveries skipped, %d records in the dead-letter topic, of %d messages\n",
+			o.poison, p.c.skipped, records, len(p.deadLetters))
+	}
 	if !p.healed.at.IsZero() {
 		fmt.Printf("  faults stopped          after %v, %d deliveries left; %d handled in the %v after\n",
 			o.faultsFor, p.healed.left, p.healed.left-p.remaining, p.healed.took.Round(time.Millisecond))

@@ -72,6 +72,12 @@ func messagesFor(o options) []*message.Message {
 		for c := range o.copies {
 			msg := message.NewMessage("m"+strconv.Itoa(i), []byte(strconv.Itoa(i+1)))
 			msg.Metadata.Set(copyMetadata, strconv.Itoa(c))
+			if o.transport == "kgo" {
+				msg.Metadata.Set(idHeader, msg.UUID)
+				if kind := o.poisonKind(i); kind != "" {
+					msg.Metadata.Set(poisonHeader, kind)
+				}
+			}
 			if o.tenants > 0 {
 				msg.Metadata.Set(inbox.DefaultTenantMetadata, tenantOf(o, i))
 			}
@@ -86,7 +92,7 @@ func messagesFor(o options) []*message.Message {
 func publish(ctx context.Context, o options) error {
 	msgs := messagesFor(o)
 	switch o.transport {
-	case "kafka":
+	case "kafka", "kgo":
 		admin, err := sarama.NewClusterAdmin(kafkaBrokers(o), sarama.NewConfig())
 		if err != nil {
 			return fmt.Errorf("Kafka at %s: %w", o.brokers, err)
@@ -94,6 +100,11 @@ func publish(ctx context.Context, o options) error {
 		defer admin.Close()
 		if err := admin.CreateTopic(o.run, &sarama.TopicDetail{NumPartitions: int32(o.workers), ReplicationFactor: 1}, false); err != nil {
 			return fmt.Errorf("creating topic %s: %w", o.run, err)
+		}
+		if o.transport == "kgo" {
+			if err := admin.CreateTopic(deadLetterTopic(o), &sarama.TopicDetail{NumPartitions: 1, ReplicationFactor: 1}, false); err != nil {
+				return fmt.Errorf("creating topic %s: %w", deadLetterTopic(o), err)
+			}
 		}
 		pc := sarama.NewConfig()
 		pc.Producer.Return.Successes = true
@@ -110,6 +121,15 @@ func publish(ctx context.Context, o options) error {
 				return err
 			}
 			pm.Key = nil
+			if msg.Metadata.Get(poisonHeader) == poisonNoKey { // the UUID header left out: no key
+				kept := pm.Headers[:0]
+				for _, h := range pm.Headers {
+					if string(h.Key) != kafka.UUIDHeaderKey {
+						kept = append(kept, h)
+					}
+				}
+				pm.Headers = kept
+			}
 			batch = append(batch, pm)
 			if len(batch) == 500 {
 				if err := prod.SendMessages(batch); err != nil {
@@ -153,9 +173,12 @@ func publish(ctx context.Context, o options) error {
 // dropTransport deletes the run's topic, queue or stream.
 func dropTransport(o options) {
 	switch o.transport {
-	case "kafka":
+	case "kafka", "kgo":
 		if admin, err := sarama.NewClusterAdmin(kafkaBrokers(o), sarama.NewConfig()); err == nil {
 			_ = admin.DeleteTopic(o.run)
+			if o.transport == "kgo" {
+				_ = admin.DeleteTopic(deadLetterTopic(o))
+			}
 			_ = admin.DeleteConsumerGroup(o.run)
 			_ = admin.Close()
 		}

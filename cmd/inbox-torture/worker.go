@@ -27,6 +27,7 @@ import (
 //	dup <key> <copy>      a duplicate, skipped
 //	fail <key> <copy> injected|contended|db
 //	crash <key> <copy>    committed, and about to SIGKILL itself before the ack
+//	skip <key> <copy>     -transport kgo: a poison record, taken by the dead-letter topic
 //	waited                a duplicate's claim took 5 ms or more: it most likely waited
 //	                      for the concurrent transaction that held its key
 
@@ -84,6 +85,8 @@ func runWorker(ctx context.Context, o options) error {
 	switch o.transport {
 	case "direct":
 		return w.direct(ctx)
+	case "kgo":
+		return w.kgo(ctx)
 	default:
 		return w.broker(ctx)
 	}
