@@ -80,6 +80,30 @@ func exercisePurgeTurns(t *testing.T, f storeFlavour) {
 		require.Empty(t, stats, "the turn's batches deleted every key")
 	})
 
+	t.Run("CountPurgeCountsWhatAPurgeWouldDelete", func(t *testing.T) {
+		t.Parallel()
+		fx := f.open(t, storeOpts{})
+		turns(t, fx, 5)
+		pc, ok := fx.store.(inbox.PurgeCounter)
+		require.True(t, ok, "%T cannot count a purge: implement inbox.PurgeCounter (internal/contract)", fx.store)
+		n, err := pc.CountPurge(ctx, time.Now().Add(-time.Hour))
+		require.NoError(t, err)
+		require.Zero(t, n, "nothing is older than an hour")
+		n, err = pc.CountPurge(ctx, future())
+		require.NoError(t, err)
+		if f.caps.noPurge {
+			require.Zero(t, n, "keys that expire by themselves: a purge deletes nothing")
+			return
+		}
+		require.EqualValues(t, 5, n.Keys)
+		stats, err := fx.store.Stats(ctx)
+		require.NoError(t, err)
+		require.Len(t, stats, 1, "counting deleted nothing")
+		purged, err := fx.store.PurgeBatch(ctx, future(), 100)
+		require.NoError(t, err)
+		require.Equal(t, n, purged, "the purge deleted what was counted")
+	})
+
 	t.Run("RetentionSkipsAHeldTurn", func(t *testing.T) {
 		t.Parallel()
 		fx := f.open(t, storeOpts{})

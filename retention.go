@@ -27,6 +27,11 @@ type PurgeTurns = contract.PurgeTurns
 // PurgeTurn is a purge turn held: see PurgeTurns.
 type PurgeTurn = contract.PurgeTurn
 
+// PurgeCounter is an optional Store ability: what a purge would delete (`inbox purge
+// --dry-run`). The stores of this module have it, and TenantStore in the tenant of the
+// context.
+type PurgeCounter = contract.PurgeCounter
+
 // ErrPurgeTurnBehindPooler means a purge turn was asked of a PostgreSQL store whose
 // connections go through a pooler in transaction mode (PgBouncer): the turn is a session
 // lock, which such a pooler leaves on a server connection that other clients then use.

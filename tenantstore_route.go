@@ -242,7 +242,26 @@ func (t *tenantTx) Abandon(ctx context.Context) error {
 
 func (t *tenantTx) release() { t.once.Do(t.e.inFlight.Done) }
 
-var _ PurgeTurns = (*TenantStore)(nil)
+var (
+	_ PurgeTurns   = (*TenantStore)(nil)
+	_ PurgeCounter = (*TenantStore)(nil)
+)
+
+// CountPurge implements PurgeCounter on the store of the tenant in ctx. It fails with
+// errors.ErrUnsupported when that store cannot count.
+func (s *TenantStore) CountPurge(ctx context.Context, before time.Time) (Purged, error) {
+	e, err := s.use(ctx, "counting what a purge would delete")
+	if err != nil {
+		return Purged{}, err
+	}
+	defer e.inFlight.Done()
+	c, ok := e.t.Store.(PurgeCounter)
+	if !ok {
+		return Purged{}, e.wrap(fmt.Errorf("inbox: %w: the tenant's store (%T) cannot count what a purge would delete (inbox.PurgeCounter)", errors.ErrUnsupported, e.t.Store))
+	}
+	n, err := c.CountPurge(ctx, before)
+	return n, e.wrap(err)
+}
 
 // TakePurgeTurn implements PurgeTurns on the store of the tenant in ctx: the turn is
 // that tenant's table's. It fails with errors.ErrUnsupported when that store has none.

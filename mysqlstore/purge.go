@@ -15,7 +15,26 @@ import (
 	"github.com/watermill-inbox/inbox/internal/sqlstore"
 )
 
-var _ contract.PurgeTurns = (*Store)(nil)
+var (
+	_ contract.PurgeTurns   = (*Store)(nil)
+	_ contract.PurgeCounter = (*Store)(nil)
+)
+
+// CountPurge implements contract.PurgeCounter, for `inbox purge --dry-run`: one count
+// per table (on Vitess, each across the shards).
+func (s *Store) CountPurge(ctx context.Context, before time.Time) (contract.Purged, error) {
+	cutoff := before.UTC().Format(mysqlTimeFormat)
+	t, a := "`"+s.cfg.Table+"`", "`"+s.cfg.Table+"_attempts`"
+	var n contract.Purged
+	err := s.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+t+" WHERE `processed_at` < ?", cutoff).Scan(&n.Keys)
+	if err == nil {
+		err = s.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+a+" WHERE `started_at` < ?", cutoff).Scan(&n.Attempts)
+	}
+	if err != nil {
+		return contract.Purged{}, s.wrap("counting what a purge would delete", err)
+	}
+	return n, nil
+}
 
 // purgeVitess deletes up to limit keys older than before, and as many attempt rows: it
 // reads the oldest across the shards, then deletes each on its own shard.

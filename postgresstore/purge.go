@@ -17,9 +17,36 @@ import (
 )
 
 var (
-	_ contract.PurgeTurns = (*Store)(nil)
-	_ contract.PurgeTurns = (*SQLStore)(nil)
+	_ contract.PurgeTurns   = (*Store)(nil)
+	_ contract.PurgeTurns   = (*SQLStore)(nil)
+	_ contract.PurgeCounter = (*Store)(nil)
+	_ contract.PurgeCounter = (*SQLStore)(nil)
 )
+
+// purgeCountSQL counts what a purge before $1 would delete from table t and attempts a.
+func purgeCountSQL(t, a string) string {
+	return `SELECT (SELECT count(*) FROM ` + t + ` WHERE processed_at < $1), (SELECT count(*) FROM ` + a + ` WHERE started_at < $1)`
+}
+
+// CountPurge implements contract.PurgeCounter, for `inbox purge --dry-run`.
+func (s *Store) CountPurge(ctx context.Context, before time.Time) (contract.Purged, error) {
+	var n contract.Purged
+	err := s.db.QueryRow(ctx, purgeCountSQL(s.sql.table, pgName(s.cfg.Schema, s.cfg.Table+"_attempts")), before).Scan(&n.Keys, &n.Attempts)
+	if err != nil {
+		return contract.Purged{}, s.wrap("counting what a purge would delete", err)
+	}
+	return n, nil
+}
+
+// CountPurge implements contract.PurgeCounter, for `inbox purge --dry-run`.
+func (s *SQLStore) CountPurge(ctx context.Context, before time.Time) (contract.Purged, error) {
+	var n contract.Purged
+	err := s.db.QueryRowContext(ctx, purgeCountSQL(s.sql.table, pgName(s.cfg.Schema, s.cfg.Table+"_attempts")), before).Scan(&n.Keys, &n.Attempts)
+	if err != nil {
+		return contract.Purged{}, s.wrap("counting what a purge would delete", err)
+	}
+	return n, nil
+}
 
 // Forget implements Store.
 func (s *SQLStore) Forget(ctx context.Context, consumer, key string) (bool, error) {

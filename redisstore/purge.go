@@ -7,7 +7,15 @@ import (
 	"github.com/watermill-inbox/inbox/internal/contract"
 )
 
-var _ contract.PurgeTurns = (*Store)(nil)
+var (
+	_ contract.PurgeTurns   = (*Store)(nil)
+	_ contract.PurgeCounter = (*Store)(nil)
+)
+
+// CountPurge implements contract.PurgeCounter: nothing, as PurgeBatch deletes nothing.
+func (s *Store) CountPurge(context.Context, time.Time) (contract.Purged, error) {
+	return contract.Purged{}, nil
+}
 
 // PurgeBatch implements inbox.Store and does nothing: Redis expires keys after
 // Config.Retention by itself. It returns 0, so inbox.Purge and PurgeEvery stop at once.

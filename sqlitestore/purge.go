@@ -11,7 +11,22 @@ import (
 	"github.com/watermill-inbox/inbox/internal/contract"
 )
 
-var _ contract.PurgeTurns = (*Store)(nil)
+var (
+	_ contract.PurgeTurns   = (*Store)(nil)
+	_ contract.PurgeCounter = (*Store)(nil)
+)
+
+// CountPurge implements contract.PurgeCounter, for `inbox purge --dry-run`.
+func (s *Store) CountPurge(ctx context.Context, before time.Time) (contract.Purged, error) {
+	cutoff := before.UnixMicro()
+	var n contract.Purged
+	err := s.db.QueryRowContext(ctx, `SELECT (SELECT COUNT(*) FROM "`+s.cfg.Table+`" WHERE "processed_at" < ?), (SELECT COUNT(*) FROM "`+s.cfg.Table+`_attempts" WHERE "started_at" < ?)`,
+		cutoff, cutoff).Scan(&n.Keys, &n.Attempts)
+	if err != nil {
+		return contract.Purged{}, s.wrap("counting what a purge would delete", err)
+	}
+	return n, nil
+}
 
 // Forget implements inbox.Store: the key and its attempt count go in one transaction.
 func (s *Store) Forget(ctx context.Context, consumer, key string) (bool, error) {

@@ -47,3 +47,14 @@ const IdleMargin = 30 * time.Second
 // its own, on the same table, connected to PostgreSQL directly (or through a pooler in
 // session mode). Permanent: it fails the same way until the deployment changes.
 var ErrPurgeTurnBehindPooler = errors.New("purge turn behind a transaction pooler")
+
+// PurgeCounter is an optional Store ability, found with a type assertion: what a purge
+// would delete, for `inbox purge --dry-run`. The SQL stores count it, redisstore (whose
+// keys expire by themselves) counts nothing, and TenantStore counts in the tenant of
+// the context.
+type PurgeCounter interface {
+	// CountPurge counts the keys processed before the cutoff and the attempt rows
+	// started before it: what purging with that cutoff would delete. It reads the
+	// indexes on processed_at and started_at, and changes nothing.
+	CountPurge(ctx context.Context, before time.Time) (Purged, error)
+}
