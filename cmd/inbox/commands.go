@@ -110,12 +110,14 @@ func noPositional(positional []string) error {
 func purgeCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var db dbFlags
 	var cfg inbox.PurgeConfig
-	var asJSON, quiet bool
+	var asJSON, quiet, dryRun bool
 	fs := newFlags("purge", "purge --dsn DSN --older-than DURATION [flags]",
 		"Deletes the keys processed more than --older-than ago, in batches of --batch keys, each\n"+
 			"its own short transaction. A purged key makes the next delivery of its message new\n"+
 			"again: keep keys longer than a message can come back (topic retention, DLQ replay).\n"+
-			"A cutoff younger than --min-retention is refused unless --force.", stdout)
+			"A cutoff younger than --min-retention is refused unless --force. --dry-run counts what\n"+
+			"would be deleted and deletes nothing. For cron; a fleet of processes can purge\n"+
+			"itself instead, one at a time (inbox.Retention).", stdout)
 	db.register(fs)
 	fs.DurationVar(&cfg.OlderThan, "older-than", 0, "delete keys processed more than this `duration` ago, e.g. 720h (required)")
 	fs.DurationVar(&cfg.MinRetention, "min-retention", inbox.DefaultMinRetention, "refuse a cutoff younger than this `duration`: how long a message can come back")
@@ -124,6 +126,7 @@ func purgeCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&cfg.Pause, "pause", 0, "pause between batches")
 	fs.BoolVar(&asJSON, "json", false, "print the result as JSON")
 	fs.BoolVar(&quiet, "quiet", false, "print nothing but errors")
+	fs.BoolVar(&dryRun, "dry-run", false, "count the keys a purge would delete, delete nothing")
 	positional, err := fs.parse(args)
 	if err != nil {
 		return err
@@ -141,6 +144,8 @@ func purgeCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usagef("--batch must be positive")
 	case asJSON && quiet:
 		return usagef("--json and --quiet exclude each other")
+	case dryRun && quiet:
+		return usagef("--dry-run and --quiet exclude each other: a dry run prints what it would do")
 	}
 	if cfg.OlderThan < cfg.MinRetention && !cfg.Force {
 		return fmt.Errorf("refusing to purge keys younger than %v: --min-retention is %v, and a message redelivered after its key is purged is processed again; purge older keys, lower --min-retention if messages cannot come back that late, or pass --force",
@@ -152,6 +157,9 @@ func purgeCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer closeDB()
+	if dryRun {
+		return purgeDryRun(ctx, stdout, store, tenants, db.table, cfg.OlderThan, asJSON)
+	}
 
 	start := time.Now()
 	if !asJSON && !quiet && isTerminal(os.Stderr) {
@@ -298,14 +306,17 @@ func age(d time.Duration) string {
 func forgetCmd(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	var db dbFlags
 	var consumer, key, tenant string
-	fs := newFlags("forget", "forget --dsn DSN --consumer NAME --key KEY [--table NAME]",
+	var dryRun bool
+	fs := newFlags("forget", "forget --dsn DSN --consumer NAME --key KEY [--table NAME] [--dry-run]",
 		"Deletes one key (and its attempts), so that the next delivery of its message is\n"+
 			"processed again: after fixing a handler, or to release a message poisoned by\n"+
-			"MaxAttempts. The consumer is the Watermill handler name unless Config.Consumer is set.", stdout)
+			"MaxAttempts. The consumer is the Watermill handler name unless Config.Consumer is set.\n"+
+			"--dry-run says whether the key is there and deletes nothing.", stdout)
 	db.register(fs)
 	fs.StringVar(&consumer, "consumer", "", "the consumer the key belongs to (required)")
 	fs.StringVar(&key, "key", "", "the key, as the key function derived it (required)")
 	fs.StringVar(&tenant, "tenant", "", "with --tenants: the `tenant` whose key it is")
+	fs.BoolVar(&dryRun, "dry-run", false, "say whether the key is there, delete nothing")
 	positional, err := fs.parse(args)
 	if err != nil {
 		return err
@@ -336,12 +347,15 @@ func forgetCmd(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	if tenant != "" {
 		ctx = inbox.ContextWithTenant(ctx, tenant)
 	}
+	if dryRun {
+		return forgetDryRun(ctx, stdout, store, consumer, key, db.table)
+	}
 	found, err := store.Forget(ctx, consumer, key)
 	if err != nil {
 		return err
 	}
 	if !found {
-		return fmt.Errorf("no key %q for consumer %q in %s: check the consumer name (the handler name) and the key", key, consumer, db.table)
+		return noKey(ctx, store, consumer, key, db.table)
 	}
 	_, err = fmt.Fprintf(stdout, "forgot key %q of consumer %q: its next delivery will be processed\n", key, consumer)
 	return err

@@ -2,12 +2,16 @@
 // keys, prints the schema, shows key counts, forgets one key so that its message is
 // processed again, and shows and resets the offsets of offset mode.
 //
-//	inbox purge  --dsn DSN --older-than 720h [--table inbox] [--schema S] [--batch 10000] [--min-retention 168h] [--force] [--json|--quiet]
+//	inbox purge  --dsn DSN --older-than 720h [--table inbox] [--schema S] [--batch 10000] [--min-retention 168h] [--force] [--dry-run] [--json|--quiet]
 //	inbox schema postgres|mysql|sqlite [--table inbox]
 //	inbox stats  --dsn DSN [--table inbox] [--schema S] [--json]
-//	inbox forget --dsn DSN --consumer C --key K [--table inbox] [--schema S]
+//	inbox forget --dsn DSN --consumer C --key K [--table inbox] [--schema S] [--dry-run]
 //	inbox offsets show  --dsn DSN [--consumer C] [--table inbox] [--json]
-//	inbox offsets reset --dsn DSN --consumer C --topic T --partition P --to OFFSET [--table inbox]
+//	inbox offsets reset --dsn DSN --consumer C --topic T --partition P --to OFFSET [--table inbox] [--brokers B] [--dry-run] [--force]
+//
+// Every command that writes takes --dry-run, which says what it would change and changes
+// nothing. The offsets live in <table>_offsets: --table names the inbox table, and an
+// error about a missing table lists the tables that --table could name.
 //
 // With a database, a schema or a key prefix per tenant, --tenants FILE replaces --dsn:
 // purge and stats run on every tenant of the list (a result per tenant; one that fails
@@ -51,12 +55,12 @@ const (
 const usage = `inbox operates the tables of the watermill inbox.
 
 Usage:
-  inbox purge  --dsn DSN --older-than 720h [--table inbox] [--schema S] [--batch 10000] [--min-retention 168h] [--force] [--json|--quiet]
+  inbox purge  --dsn DSN --older-than 720h [--table inbox] [--schema S] [--batch 10000] [--min-retention 168h] [--force] [--dry-run] [--json|--quiet]
   inbox schema postgres|mysql|sqlite [--table inbox]
   inbox stats  --dsn DSN [--table inbox] [--schema S] [--json]
-  inbox forget --dsn DSN --consumer C --key K [--table inbox] [--schema S]
+  inbox forget --dsn DSN --consumer C --key K [--table inbox] [--schema S] [--dry-run]
   inbox offsets show  --dsn DSN [--consumer C] [--table inbox] [--json]
-  inbox offsets reset --dsn DSN --consumer C --topic T --partition P --to OFFSET [--table inbox]
+  inbox offsets reset --dsn DSN --consumer C --topic T --partition P --to OFFSET [--table inbox] [--brokers B] [--dry-run] [--force]
 
 With a database, schema or key prefix per tenant, --tenants FILE replaces --dsn (and
 forget takes --tenant NAME): one "TENANT DSN [SCHEMA]" per line of FILE ("-": stdin).

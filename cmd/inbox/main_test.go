@@ -49,13 +49,13 @@ type result struct {
 	stdout, stderr string
 }
 
-// inboxCLI runs the built binary with args, with INBOX_DSN unset.
+// inboxCLI runs the built binary with args, with INBOX_DSN and KAFKA_BROKERS unset.
 func inboxCLI(t *testing.T, args ...string) result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binary, args...)
-	cmd.Env = append(os.Environ(), "INBOX_DSN=")
+	cmd.Env = append(os.Environ(), "INBOX_DSN=", "KAFKA_BROKERS=") // tests pass --dsn and --brokers
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -276,6 +276,7 @@ func TestUsageErrors(t *testing.T) {
 		{name: "purge without DSN", args: []string{"purge", "--older-than", "720h"}, contains: "--dsn is required"},
 		{name: "bad duration", args: []string{"purge", "--older-than", "a month"}, contains: "invalid value"},
 		{name: "json and quiet", args: []string{"purge", "--dsn", postgresDSN(), "--older-than", "720h", "--json", "--quiet"}, contains: "exclude each other"},
+		{name: "dry run and quiet", args: []string{"purge", "--dsn", postgresDSN(), "--older-than", "720h", "--dry-run", "--quiet"}, contains: "--dry-run and --quiet exclude each other"},
 		{name: "forget without key", args: []string{"forget", "--dsn", postgresDSN(), "--consumer", "c"}, contains: "--key required"},
 		{name: "stray argument", args: []string{"stats", "--dsn", postgresDSN(), "extra"}, contains: `unexpected argument "extra"`},
 	}

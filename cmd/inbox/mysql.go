@@ -43,9 +43,6 @@ func openMySQL(ctx context.Context, dsn, table string) (inbox.Store, func(), err
 	if err == nil {
 		store, err = inbox.NewMySQLStore(db, inbox.MySQLConfig{Table: table, Engine: engine, AllowBestEffortCommit: engine == inbox.MySQLVitess})
 	}
-	if err == nil {
-		err = store.Verify(ctx)
-	}
 	if err != nil {
 		_ = db.Close()
 		return nil, nil, err

@@ -14,7 +14,7 @@ import (
 // store whose keys start with prefix ("<table>:" from --table: the default table,
 // inbox, gives redisstore's default prefix). Purge does nothing there: Redis expires
 // the keys.
-func openRedis(ctx context.Context, dsn, prefix string) (inbox.Store, func(), error) {
+func openRedis(_ context.Context, dsn, prefix string) (inbox.Store, func(), error) {
 	opts, err := redis.ParseURL(dsn)
 	if err != nil {
 		return nil, nil, fmt.Errorf("parsing the Redis URL %s: %w", redact(dsn), err)
@@ -22,11 +22,6 @@ func openRedis(ctx context.Context, dsn, prefix string) (inbox.Store, func(), er
 	opts.PoolSize = 2
 	client := redis.NewClient(opts)
 	store, err := redisstore.New(client, redisstore.Config{Prefix: prefix})
-	if err == nil {
-		ctx, cancel := context.WithTimeout(ctx, connectTimeout)
-		defer cancel()
-		err = store.Verify(ctx)
-	}
 	if err != nil {
 		_ = client.Close()
 		return nil, nil, err

@@ -62,9 +62,6 @@ func openSQLite(ctx context.Context, dsn, table string) (inbox.Store, func(), er
 		return nil, nil, fmt.Errorf("opening the SQLite database: %w", err)
 	}
 	store, err := sqlitestore.New(db, sqlitestore.Config{Table: table, LockTimeout: connectTimeout})
-	if err == nil {
-		err = store.Verify(ctx)
-	}
 	if err != nil {
 		_ = db.Close()
 		return nil, nil, err

@@ -32,8 +32,25 @@ func openStore(ctx context.Context, dsn, table string) (inbox.Store, func(), err
 }
 
 // openStoreIn is openStore with the tables in a PostgreSQL schema, or, for Redis, under
-// a key prefix (schema; "" for the default).
+// a key prefix (schema; "" for the default). A missing table's error names --table and
+// the tables that look like inbox tables (tableHint).
 func openStoreIn(ctx context.Context, dsn, table, schema string) (inbox.Store, func(), error) {
+	store, closeDB, err := connectStore(ctx, dsn, table, schema)
+	if err != nil {
+		return nil, nil, err
+	}
+	verifyCtx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	if err := store.Verify(verifyCtx); err != nil {
+		closeDB()
+		return nil, nil, tableHint(ctx, dsn, schema, table, "_attempts", err)
+	}
+	return store, closeDB, nil
+}
+
+// connectStore connects to the database a DSN names and returns its inbox store, its
+// tables not checked, and a function that closes the connections.
+func connectStore(ctx context.Context, dsn, table, schema string) (inbox.Store, func(), error) {
 	switch {
 	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
 		return openPostgres(ctx, dsn, table, schema)
@@ -73,9 +90,6 @@ func openPostgres(ctx context.Context, dsn, table, schema string) (inbox.Store, 
 		return nil, nil, fmt.Errorf("connecting to PostgreSQL: %w", err)
 	}
 	store, err := inbox.NewPostgresStore(pool, inbox.PostgresConfig{Table: table, Schema: schema})
-	if err == nil {
-		err = store.Verify(ctx)
-	}
 	if err != nil {
 		pool.Close()
 		return nil, nil, err

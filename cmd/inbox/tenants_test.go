@@ -133,6 +133,12 @@ func TestTenantList(t *testing.T) {
 	requireOneLineError(t, inboxCLI(t, "forget", "--tenants", tt.file, "--tenant", "hooli", "--table", tt.table, "--consumer", "billing", "--key", "billing-1"),
 		exitFail, `tenant "hooli"`, "unknown tenant")
 
+	// purge --dry-run: every tenant counted, nothing deleted.
+	res = inboxCLI(t, "purge", "--tenants", tt.file, "--table", tt.table, "--older-than", "24h", "--min-retention", "24h", "--dry-run")
+	require.Equal(t, 0, res.code, res.stderr)
+	require.Regexp(t, `(?s)^TENANT +WOULD DELETE +ATTEMPTS +ERROR\nacme +1 +0 +\nglobex +1 +0 +\ninitech +3 +0 +\nwould delete 5 keys and 0 attempt rows`, res.stdout)
+	require.Equal(t, 2, tt.count["globex"](t), "a dry run deletes nothing")
+
 	// purge: every tenant, one result each.
 	res = inboxCLI(t, "purge", "--tenants", tt.file, "--table", tt.table, "--older-than", "24h", "--min-retention", "24h", "--json")
 	require.Equal(t, 0, res.code, res.stderr)
