@@ -8,8 +8,8 @@ import (
 // AttemptCounter is an optional Store ability, found with a type assertion: how many
 // attempts (Config.MaxAttempts) of each consumer have started and not ended, from the
 // attempts table. The table metrics (inboxprom.TableCollector, inboxotel.TableGauges)
-// export it when the store has it. PostgresStore, SQLPostgresStore and MySQLStore
-// implement it.
+// export it when the store has it. the SQL stores implement
+// it.
 type AttemptCounter interface {
 	// UnfinishedAttempts returns, per consumer, the attempts that started and have not
 	// ended: running now, or whose process died (their rows stay until the purge). A
@@ -22,7 +22,7 @@ type AttemptCounter interface {
 // that holds other consumers' keys. The middleware uses it to warn once when a consumer
 // name appears that has no keys while others have: a renamed handler (the consumer
 // defaults to the Watermill handler name) processes again every message its old name
-// processed. PostgresStore, SQLPostgresStore, MySQLStore, sqlitestore and TenantStore
+// processed. The SQL stores and TenantStore
 // (in the tenant of the message) implement it.
 type ConsumerNeighbours interface {
 	// NeighbourConsumers returns nil when consumer has keys in the store, or when no
@@ -36,8 +36,9 @@ type ConsumerNeighbours interface {
 // for a second connection of the store's pool (see Config.MaxAttempts).
 const AttemptConnWait = 5 * time.Second
 
-// AttemptChecker is a store of this package that can tell, when New is called, that it
-// cannot count attempts (on its handle, or behind a transaction pooler).
+// AttemptChecker is an optional Store ability: telling, when inbox.New is called, that
+// the store cannot count attempts (on its handle, or behind a transaction pooler), so
+// that New refuses Config.MaxAttempts at once.
 type AttemptChecker interface {
 	CheckAttempts(ctx context.Context) error
 }

@@ -9,9 +9,9 @@ import (
 // The middleware is the same for every store: what differs between databases lives
 // behind this interface. It is the contract between the inbox and its stores, for those
 // who write a store: the inbox calls these methods, and an application calls only a
-// store's constructor, CreateSchema, Forget and Stats (and Purge, PurgeEvery). The stores in this package are PostgresStore (pgx),
-// SQLPostgresStore and MySQLStore (database/sql); the conformance suite in this module's
-// tests is the contract's executable form.
+// store's constructor, CreateSchema, Forget and Stats (and Purge, PurgeEvery). The stores are postgresstore, mysqlstore,
+// sqlitestore and redisstore; the conformance suite in the root's tests is the
+// contract's executable form.
 type Store interface {
 	// Claim begins a transaction and inserts rec's key in it, before the handler runs.
 	//
