@@ -22,7 +22,13 @@
 // broker delivers the messages at least once, with the UUIDs they were published with:
 // a consumer behind an inbox downstream deduplicates a message forwarded twice.
 //
-// It is its own package so that the root package does not import watermill-sql.
+// A handler whose context carries a span (a tracing middleware such as
+// inboxotel.Tracing) emits messages that carry its trace: the outbox starts an "outbox
+// send <topic>" span and writes its W3C traceparent into their metadata, which the next
+// consumer's tracing middleware continues. Without a span nothing is written.
+//
+// It is its own package so that the root package does not import watermill-sql or
+// OpenTelemetry.
 package outbox
 
 import (
