@@ -1,6 +1,8 @@
 package inboxotel
 
 import (
+	"strings"
+
 	"github.com/ThreeDotsLabs/watermill/message"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -66,7 +68,7 @@ func (tr *Tracing) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		topic := message.SubscribeTopicFromCtx(ctx)
 		name := "process " + topic
 		if topic == "" {
-			name = "process " + message.HandlerNameFromCtx(ctx)
+			name = strings.TrimSpace("process " + message.HandlerNameFromCtx(ctx))
 		}
 		attrs := []attribute.KeyValue{semconv.MessagingOperationTypeProcess}
 		if topic != "" {

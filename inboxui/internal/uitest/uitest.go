@@ -175,10 +175,9 @@ type Seeded struct {
 	EvilOffset, BillingOffset int64
 }
 
-// Seed writes the rows a page shows: keys of "billing" (one processed an hour ago is
-// not claimed: the stores set their own times) and of EvilConsumer (under EvilKey), an
-// attempt of EvilConsumer's whose handler panicked (MaxAttempts), and two offsets, one
-// on EvilTopic.
+// Seed writes the rows a page shows: three keys of "billing", one of EvilConsumer
+// (EvilKey), an attempt of EvilConsumer's whose handler panicked (MaxAttempts: it stays
+// unfinished), and, when the store keeps offsets, two offsets, one on EvilTopic.
 func Seed(t testing.TB, s Store) Seeded {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(s.Context(context.Background()), time.Minute)
