@@ -49,3 +49,38 @@ type AttemptChecker interface {
 type StoredReader interface {
 	ReadStored(ctx context.Context, rec Record) (claim Claim, found bool, err error)
 }
+
+// AttemptLister is an optional Store ability, found with a type assertion: the
+// unfinished attempts (Config.MaxAttempts) with the time each started, for a person
+// looking at what is in flight and for how long (inboxui's page). An unfinished attempt
+// is running now or its process died: its row stays until it ends or the purge deletes
+// it. PostgresStore, SQLPostgresStore, MySQLStore, sqlitestore and TenantStore implement
+// it; the Redis store keeps no start time with its attempts and does not.
+type AttemptLister interface {
+	// AttemptAges returns, for each consumer that has unfinished attempts, how many
+	// there are and when the oldest started, sorted by consumer: one GROUP BY over the
+	// attempts table, which holds only attempts in flight and those that died.
+	AttemptAges(ctx context.Context) ([]AttemptAge, error)
+	// Attempts returns at most limit unfinished attempts of consumer, the oldest first
+	// (then by key and token). limit must be positive.
+	Attempts(ctx context.Context, consumer string, limit int) ([]Attempt, error)
+}
+
+// AttemptAge is one consumer's unfinished attempts, as AttemptLister.AttemptAges
+// returns them.
+type AttemptAge struct {
+	Consumer   string
+	Unfinished int64
+	// Oldest is when the oldest of them started.
+	Oldest time.Time
+}
+
+// Attempt is one unfinished attempt, as AttemptLister.Attempts lists it.
+type Attempt struct {
+	Consumer string
+	Key      string
+	// Token is the attempt's random token (Record.Attempt).
+	Token string
+	// StartedAt is when the attempt started, by the database's clock.
+	StartedAt time.Time
+}
