@@ -495,6 +495,8 @@ func exerciseStore(t *testing.T, f storeFlavour) {
 	exerciseFaultAxis(t, f)
 	exerciseBatches(t, f)
 	exerciseOffsets(t, f)
+	exerciseTenantSeams(t, f)
+	exerciseTenantHTTP(t, f)
 
 	t.Run("MissingTableFailsNew", func(t *testing.T) {
 		if f.caps.noSchema {

@@ -83,6 +83,13 @@ type Record struct {
 	// pos is, in offset mode, the message's position, which the inbox claims in its
 	// partition's row instead of the key (Key is then pos.String()).
 	Position *Position
+
+	// Tenant is the tenant the key was claimed in (the call's TenantFromContext), in the
+	// claim a handler gets (ClaimFromContext): the same key in two tenants is two
+	// messages. A store never sees it: the inbox leaves it empty in the records it
+	// passes to stores, which stay unaware of tenants (a TenantStore routes by the
+	// context).
+	Tenant string
 }
 
 // Claim is the verdict of Store.Claim.
