@@ -259,9 +259,9 @@ func (ib *Inbox) runBatch(ctx context.Context, consumer string, keys []string, c
 	case errors.As(err, &itemErr): // one message refuses the batch (offset mode: its position)
 		return res, contract.Join(ib.refuseBatch(ctx, consumer, keys, itemErr.Index, OutcomeFailed, wait, itemErr.Err), rollbackIf(ctx, v.tx))
 	case err != nil:
-		outcome := OutcomeFailed
-		if errors.Is(err, ErrContended) {
-			outcome = OutcomeContended
+		outcome := failedOutcome(err)
+		if tenantError(err) { // no tenant, or an unknown one: refused before anything was written, as a single message
+			outcome = OutcomeNoTenant
 		}
 		return res, contract.Join(ib.failBatch(ctx, consumer, keys, nil, wait, outcome, err), rollbackIf(ctx, v.tx))
 	}
@@ -269,7 +269,7 @@ func (ib *Inbox) runBatch(ctx context.Context, consumer string, keys []string, c
 		if !mismatch {
 			continue
 		}
-		fields := watermill.LogFields{"consumer": consumer, "key": keys[i], "batch_index": i}
+		fields := withTenant(ctx, watermill.LogFields{"consumer": consumer, "key": keys[i], "batch_index": i})
 		ib.cfg.Logger.Error("inbox: duplicate key with a different fingerprint", ErrFingerprintMismatch, fields)
 		if ib.cfg.OnMismatch == Fail {
 			err := fmt.Errorf("consumer %q key %q: %w", consumer, keys[i], errors.Join(ErrDuplicate, ErrFingerprintMismatch))
@@ -292,7 +292,7 @@ func (ib *Inbox) runBatch(ctx context.Context, consumer string, keys []string, c
 		if len(fresh) > 0 {
 			return res, ib.failBatch(ctx, consumer, keys, fresh, wait, OutcomeFailed, errors.New("inbox: the store claimed new keys without a transaction"))
 		}
-		ib.cfg.Logger.Debug("inbox: batch of duplicates skipped", watermill.LogFields{"consumer": consumer, "messages": len(keys)})
+		ib.cfg.Logger.Debug("inbox: batch of duplicates skipped", withTenant(ctx, watermill.LogFields{"consumer": consumer, "messages": len(keys)}))
 		return res, rollbackIf(ctx, v.tx)
 	}
 

@@ -496,6 +496,8 @@ func exerciseStore(t *testing.T, f storeFlavour) {
 	exerciseBatches(t, f)
 	exerciseOffsets(t, f)
 	exercisePurgeTurns(t, f)
+	exerciseTenantSeams(t, f)
+	exerciseTenantHTTP(t, f)
 
 	t.Run("MissingTableFailsNew", func(t *testing.T) {
 		if f.caps.noSchema {

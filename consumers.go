@@ -31,7 +31,7 @@ func (ib *Inbox) checkConsumer(msgCtx context.Context, consumer string) {
 	ctx, cancel := context.WithTimeout(msgCtx, consumerCheckTimeout)
 	defer cancel()
 	others, err := neighbours.NeighbourConsumers(ctx, consumer)
-	fields := watermill.LogFields{"consumer": consumer}
+	fields := withTenant(msgCtx, watermill.LogFields{"consumer": consumer})
 	switch {
 	case err != nil:
 		ib.cfg.Logger.Debug("inbox: could not check whether the consumer name is new to the table", fields.Add(watermill.LogFields{"error": err}))

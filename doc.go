@@ -24,8 +24,8 @@
 //	})
 //
 // The handler's context carries the inbox transaction (TxFromContext, RequireTx) and the
-// claim: the consumer and the key as stored (ClaimFromContext), from which the handler can
-// derive stable ids for what it emits (outbox.MessageIDFromContext).
+// claim: the consumer, the key as stored and the tenant (ClaimFromContext), from which
+// the handler can derive stable ids for what it emits (outbox.MessageIDFromContext).
 //
 // The consumer defaults to the Watermill handler name and scopes deduplication: set
 // Config.Consumer explicitly in production, so that renaming a handler does not make

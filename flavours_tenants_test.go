@@ -61,7 +61,7 @@ func pgDatabasesFixture(t *testing.T, opts storeOpts) fixture {
 	table := tableName("inbox")
 	nf := newNetFaults(opts, netfault.Postgres)
 	open := func(t *testing.T) inbox.Store {
-		return newTenantStore(t, func(ctx context.Context, i int) (inbox.Tenant, error) {
+		return newTenantStoreOpts(t, opts, func(ctx context.Context, i int) (inbox.Tenant, error) {
 			pool, err := newPgxPool(ctx, pgDSNOn(t, dbs[i], nil), nf.dial())
 			if err != nil {
 				return inbox.Tenant{}, err
@@ -84,15 +84,31 @@ func pgDatabasesFixture(t *testing.T, opts storeOpts) fixture {
 		})
 	}
 	b := pools[1]
-	ledger := newPgLedger(t, b)
+	caseLedger := newPgLedger(t, b)
 	if nf != nil {
-		nf.steps = pgFaultSteps(pgFaultTable("", table), ledger.table)
+		nf.steps = pgFaultSteps(pgFaultTable("", table), caseLedger.table)
 	}
 	return fixture{
-		store: store, handle: pooled, ledger: ledger, lock: pgLockProbe, faults: nf,
+		store: store, handle: pooled, ledger: caseLedger, lock: pgLockProbe, faults: nf,
 		peer:       open,
 		begin:      pgxBegin(b),
 		beginOther: func(t *testing.T) (any, func(bool) error) { return pgxBegin(pgPoolWith(t, pgDSNOn(t, dbs[1], nil)))(t) },
+		ledgerIn: ledgersIn(caseLedger, func(t *testing.T, i int) ledger {
+			return newPgLedger(t, pools[i]) // a table the case tenant's database lacks
+		}),
+	}
+}
+
+// ledgersIn returns a fixture's ledgerIn: caseTenant's ledger, or another tenant's
+// made by other.
+func ledgersIn(caseLedger ledger, other func(t *testing.T, i int) ledger) func(t *testing.T, tenant string) ledger {
+	return func(t *testing.T, tenant string) ledger {
+		i, err := tenantIndex(tenant)
+		require.NoError(t, err)
+		if tenant == caseTenant {
+			return caseLedger
+		}
+		return other(t, i)
 	}
 }
 
@@ -140,7 +156,7 @@ func pgSchemasFixture(viaSQL bool, dsn func(t testing.TB) string) func(t *testin
 		pool := openPool(t)
 		db := openDB(t)
 		newStore := func(pool *pgxpool.Pool, db *sql.DB) inbox.Store {
-			return newTenantStore(t, func(_ context.Context, i int) (inbox.Tenant, error) {
+			return newTenantStoreOpts(t, opts, func(_ context.Context, i int) (inbox.Tenant, error) {
 				if viaSQL {
 					s, err := inbox.NewSQLPostgresStore(db, inbox.SQLPostgresConfig{Schema: schemas[i], SearchPath: true, LockTimeout: opts.lockTimeout})
 					return inbox.Tenant{Store: s}, err
@@ -170,8 +186,15 @@ func pgSchemasFixture(viaSQL bool, dsn func(t testing.TB) string) func(t *testin
 				return withStatement(pgxBegin(pgPoolWith(t, dsn(t))), setPath)(t)
 			},
 		}
+		// Every schema has its "ledger": the handler's unqualified name finds the tenant's.
+		fx.ledgerIn = ledgersIn(fx.ledger, func(_ *testing.T, i int) ledger {
+			return pgLedger{pool: pool, table: pgx.Identifier{schemas[i], "ledger"}.Sanitize(), write: `"ledger"`}
+		})
 		if viaSQL {
 			fx.ledger = sqlLedger{db: db, table: b + `."ledger"`, insert: `INSERT INTO "ledger" (amount) VALUES ($1)`}
+			fx.ledgerIn = ledgersIn(fx.ledger, func(_ *testing.T, i int) ledger {
+				return sqlLedger{db: db, table: pgx.Identifier{schemas[i], "ledger"}.Sanitize(), insert: `INSERT INTO "ledger" (amount) VALUES ($1)`}
+			})
 			fx.begin = withStatement(sqlBegin(db), setPath)
 			fx.beginOther = func(t *testing.T) (any, func(bool) error) {
 				return withStatement(sqlBegin(openDB(t)), setPath)(t)
@@ -227,7 +250,7 @@ func mariaDatabasesFixture(t *testing.T, opts storeOpts) fixture {
 	table := tableName("inbox")
 	nf := newNetFaults(opts, netfault.MySQL)
 	open := func(t *testing.T) inbox.Store {
-		return newTenantStore(t, func(_ context.Context, i int) (inbox.Tenant, error) {
+		return newTenantStoreOpts(t, opts, func(_ context.Context, i int) (inbox.Tenant, error) {
 			dsn := mariaDSNOn(t, dbs[i])
 			if nf != nil {
 				dsn = mysqlDialDSN(t, dsn, nf.dial())
@@ -250,17 +273,18 @@ func mariaDatabasesFixture(t *testing.T, opts storeOpts) fixture {
 		})
 	}
 	b := handles[1]
-	ledger := newSQLLedger(t, b, true)
+	caseLedger := newSQLLedger(t, b, true)
 	if nf != nil {
-		nf.steps = mysqlFaultSteps(table, ledger.table)
+		nf.steps = mysqlFaultSteps(table, caseLedger.table)
 	}
 	return fixture{
-		store: store, handle: pooled, ledger: ledger, lock: myLockProbe, faults: nf,
+		store: store, handle: pooled, ledger: caseLedger, lock: myLockProbe, faults: nf,
 		peer:  open,
 		begin: sqlBegin(b),
 		beginOther: func(t *testing.T) (any, func(bool) error) {
 			return sqlBegin(openSQL(t, "mysql", mariaDSNOn(t, dbs[1]), "MariaDB", "INBOX_MARIADB_DSN"))(t)
 		},
+		ledgerIn: ledgersIn(caseLedger, func(t *testing.T, i int) ledger { return newSQLLedger(t, handles[i], true) }),
 	}
 }
 
@@ -291,7 +315,7 @@ func redisPrefixesFixture(t *testing.T, opts storeOpts) fixture {
 	client := redisClientDial(t, nf.dial())
 	prefix := redisPrefix(t, client)
 	open := func(t *testing.T) inbox.Store {
-		return newTenantStore(t, func(_ context.Context, i int) (inbox.Tenant, error) {
+		return newTenantStoreOpts(t, opts, func(_ context.Context, i int) (inbox.Tenant, error) {
 			store, err := redisstore.New(client, redisstore.Config{Prefix: prefix + tenants[i] + ":", Wait: opts.lockTimeout})
 			return inbox.Tenant{Store: store}, err
 		})
@@ -300,5 +324,10 @@ func redisPrefixesFixture(t *testing.T, opts storeOpts) fixture {
 	if nf != nil {
 		nf.steps = redisFaultSteps(t, prefix+caseTenant+":", "")
 	}
-	return fixture{store: store, ledger: redisLedger{client: client, key: prefix + caseTenant + ":ledger"}, peer: open, faults: nf}
+	caseLedger := redisLedger{client: client, key: prefix + caseTenant + ":ledger"}
+	return fixture{store: store, ledger: caseLedger, peer: open, faults: nf,
+		ledgerIn: ledgersIn(caseLedger, func(_ *testing.T, i int) ledger {
+			return redisLedger{client: client, key: prefix + tenants[i] + ":ledger"}
+		}),
+	}
 }

@@ -105,6 +105,12 @@ type storeOpts struct {
 	lockTimeout time.Duration
 	// faults dials the store's connections, and its peers', through fixture.faults.
 	faults bool
+	// lookup, for the tenant flavours, runs each TenantConfig.Lookup of the TenantStore
+	// around open, which opens the tenant's store as the flavour does: a case makes a
+	// Lookup fail, panic or hang (conformance_tenants_test.go). Nil: open alone.
+	lookup func(ctx context.Context, tenant string, open func() (inbox.Tenant, error)) (inbox.Tenant, error)
+	// openTimeout is the tenant flavours' TenantConfig.OpenTimeout; 0 for the default.
+	openTimeout time.Duration
 }
 
 // handleKind is what a store runs on.
@@ -135,6 +141,11 @@ type fixture struct {
 	// beginTakesLock: begin and beginOther take the database's write lock at BEGIN
 	// (SQLite with _txlock=immediate), so they wait for a writer that holds it.
 	beginTakesLock bool
+	// ledgerIn, for the tenant flavours, returns a ledger in tenant's database, schema
+	// or prefix, which a handler running in that tenant credits: created on demand, so
+	// that the cases of one tenant keep failing when routed elsewhere. caseTenant's is
+	// ledger.
+	ledgerIn func(t *testing.T, tenant string) ledger
 }
 
 // lockProbe reads and sets the session setting LockTimeout changes: lock_timeout on

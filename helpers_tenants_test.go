@@ -64,15 +64,29 @@ func tenantIndex(tenant string) (int, error) {
 // when the test ends.
 func newTenantStore(t testing.TB, lookup func(ctx context.Context, i int) (inbox.Tenant, error)) *inbox.TenantStore {
 	t.Helper()
+	return newTenantStoreOpts(t, storeOpts{}, lookup)
+}
+
+// newTenantStoreOpts is newTenantStore with the tenant options of opts: its Lookup runs
+// through opts.lookup, with opts.openTimeout.
+func newTenantStoreOpts(t testing.TB, opts storeOpts, lookup func(ctx context.Context, i int) (inbox.Tenant, error)) *inbox.TenantStore {
+	t.Helper()
 	ts, err := inbox.NewTenantStore(inbox.TenantConfig{
 		Lookup: func(ctx context.Context, tenant string) (inbox.Tenant, error) {
-			i, err := tenantIndex(tenant)
-			if err != nil {
-				return inbox.Tenant{}, err
+			open := func() (inbox.Tenant, error) {
+				i, err := tenantIndex(tenant)
+				if err != nil {
+					return inbox.Tenant{}, err
+				}
+				return lookup(ctx, i)
 			}
-			return lookup(ctx, i)
+			if opts.lookup != nil {
+				return opts.lookup(ctx, tenant, open)
+			}
+			return open()
 		},
-		Tenants: func(context.Context) ([]string, error) { return tenants, nil },
+		Tenants:     func(context.Context) ([]string, error) { return tenants, nil },
+		OpenTimeout: opts.openTimeout,
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = ts.Close() })

@@ -330,14 +330,6 @@ func New(cfg Config) (*Inbox, error) {
 // that returns nil after it is committed, since the inbox commits exactly when the handler
 // returns nil.
 func (ib *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
-	if ib.cfg.Position != nil {
-		return ib.positionMiddleware(ib.middleware(h))
-	}
-	return ib.middleware(h)
-}
-
-// middleware is Middleware's work for each message, in either mode.
-func (ib *Inbox) middleware(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		delete(msg.Metadata, MetadataDuplicate)
 		delete(msg.Metadata, MetadataMismatch)
@@ -354,6 +346,13 @@ func (ib *Inbox) middleware(h message.HandlerFunc) message.HandlerFunc {
 		ctx, err := ib.tenant(msg, rec)
 		if err != nil {
 			return nil, err
+		}
+		if rec.Position != nil { // offset mode: one message of a tenant's partition at a time
+			leave, err := ib.enterPartition(ctx, msg, rec)
+			if err != nil {
+				return nil, err
+			}
+			defer leave()
 		}
 		ib.checkConsumer(ctx, rec.Consumer)
 		var produced []*message.Message
@@ -418,7 +417,7 @@ func (ib *Inbox) Process(ctx context.Context, consumer, key string, fn func(ctx 
 		return nil, fn(ctx)
 	})
 	if claim.Duplicate {
-		ib.cfg.Logger.Debug("inbox: duplicate skipped", watermill.LogFields{"consumer": consumer, "key": rec.Key})
+		ib.cfg.Logger.Debug("inbox: duplicate skipped", withTenant(ctx, watermill.LogFields{"consumer": consumer, "key": rec.Key}))
 		ib.observe(ctx, rec, nil, OutcomeDuplicate, wait, nil)
 	}
 	return claim.Duplicate, err
@@ -467,7 +466,7 @@ func (ib *Inbox) duplicate(ctx context.Context, msg *message.Message, rec Record
 		msg.Metadata = message.Metadata{}
 	}
 	msg.Metadata.Set(MetadataDuplicate, "true")
-	fields := watermill.LogFields{"consumer": rec.Consumer, "key": rec.Key, "message_uuid": msg.UUID}
+	fields := withTenant(ctx, watermill.LogFields{"consumer": rec.Consumer, "key": rec.Key, "message_uuid": msg.UUID})
 
 	mode, outcome := ib.cfg.OnDuplicate, OutcomeDuplicate
 	cause := ErrDuplicate

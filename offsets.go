@@ -223,7 +223,7 @@ func (ib *Inbox) claimPartitions(ctx context.Context, store OffsetStore, joined 
 			pos := positions[j]
 			if err := ib.followsStored(pos, st); err != nil {
 				ib.cfg.Logger.Error("inbox: record refused: its position cannot follow the stored offset", err,
-					watermill.LogFields{"consumer": consumer, "record": pos.String()})
+					withTenant(ctx, watermill.LogFields{"consumer": consumer, "record": pos.String()}))
 				return v, &BatchItemError{Index: j, Err: err}
 			}
 			if pos.Offset < st.Next {

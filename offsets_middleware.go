@@ -93,36 +93,34 @@ func (ib *Inbox) claim(ctx context.Context, joined any, rec Record) (Claim, erro
 	return Claim{Tx: v.tx}, nil
 }
 
-// positionMiddleware refuses, in offset mode, a message of a partition while another
-// message of that partition is in the middleware: in-order delivery, one message at a
-// time per partition, is what makes a stored offset mean "everything below was
-// processed". It catches subscribers that deliver a partition concurrently, and
-// middlewares that ack before the handler returns (InstantAck) in front of a
-// subscriber that waits for the ack: a message acked before it got here is refused
-// even when the next one does not overlap it (watermill-kafka cancels an acked
+// enterPartition marks, in offset mode, the partition of msg in flight in its tenant
+// (ctx's), or refuses msg while another message of that partition is in the middleware:
+// in-order delivery, one message at a time per partition, is what makes a stored offset
+// mean "everything below was processed". It catches subscribers that deliver a partition
+// concurrently, and middlewares that ack before the handler returns (InstantAck) in
+// front of a subscriber that waits for the ack: a message acked before it got here is
+// refused even when the next one does not overlap it (watermill-kafka cancels an acked
 // message's context, so it would otherwise fail as a cancelled one, and be lost).
-func (ib *Inbox) positionMiddleware(next message.HandlerFunc) message.HandlerFunc {
-	return func(msg *message.Message) ([]*message.Message, error) {
-		rec, _, err := ib.record(msg)
-		if err != nil { // next derives it again, and fails the message as one without a key
-			return next(msg)
-		}
-		leave, err := ib.inFlight.enter(rec)
-		if err == nil && acked(msg) { // after enter: two such messages may overlap, and either error says it
-			leave()
-			err = fmt.Errorf("%w: the message was acked before it reached the inbox middleware, so the subscriber moves on to the partition's next message before this one is processed: remove the middleware that acks early (InstantAck) from in front of the inbox",
-				ErrNotInOrder)
-		}
-		if err != nil {
-			ib.cfg.Logger.Error("inbox: message refused: its partition is not delivered one message at a time, in order", err,
-				watermill.LogFields{"consumer": rec.Consumer, "record": rec.Key, "message_uuid": msg.UUID})
-			err = contract.Wrap(messageName(msg)+": consumer "+fmt.Sprintf("%q", rec.Consumer)+" record "+rec.Key, err)
-			ib.observe(msg.Context(), rec, msg, OutcomeFailed, 0, err)
-			return nil, err
-		}
-		defer leave()
-		return next(msg)
+//
+// A partition is a tenant's: each tenant keeps its own offsets, and two tenants may
+// read partitions of the same name (a cluster each) at the same time (ADR 143). The
+// tenant is known here, after Config.Tenant ran; leave ends the mark.
+func (ib *Inbox) enterPartition(ctx context.Context, msg *message.Message, rec Record) (leave func(), err error) {
+	tenant, _ := TenantFromContext(ctx)
+	leave, err = ib.inFlight.enter(tenant, rec)
+	if err == nil && acked(msg) { // after enter: two such messages may overlap, and either error says it
+		leave()
+		err = fmt.Errorf("%w: the message was acked before it reached the inbox middleware, so the subscriber moves on to the partition's next message before this one is processed: remove the middleware that acks early (InstantAck) from in front of the inbox",
+			ErrNotInOrder)
 	}
+	if err != nil {
+		ib.cfg.Logger.Error("inbox: message refused: its partition is not delivered one message at a time, in order", err,
+			withTenant(ctx, watermill.LogFields{"consumer": rec.Consumer, "record": rec.Key, "message_uuid": msg.UUID}))
+		err = contract.Wrap(messageName(msg)+": consumer "+fmt.Sprintf("%q", rec.Consumer)+" record "+rec.Key, err)
+		ib.observe(ctx, rec, msg, OutcomeFailed, 0, err)
+		return nil, err
+	}
+	return leave, nil
 }
 
 // acked reports whether msg was acked already.
@@ -135,20 +133,22 @@ func acked(msg *message.Message) bool {
 	}
 }
 
-// partitionsInFlight are the partitions, per consumer, with a message in the middleware.
+// partitionsInFlight are the partitions, per tenant and consumer, with a message in the
+// middleware.
 type partitionsInFlight struct {
 	mu sync.Mutex
 	in map[partitionKey]int64 // the offset in flight
 }
 
 type partitionKey struct {
-	consumer, topic string
-	partition       int32
+	tenant, consumer, topic string
+	partition               int32
 }
 
-// enter marks rec's partition in flight, or refuses it when it is already.
-func (p *partitionsInFlight) enter(rec Record) (leave func(), err error) {
-	k := partitionKey{rec.Consumer, rec.Position.Topic, rec.Position.Partition}
+// enter marks rec's partition of tenant ("" without one) in flight, or refuses it when
+// it is already.
+func (p *partitionsInFlight) enter(tenant string, rec Record) (leave func(), err error) {
+	k := partitionKey{tenant, rec.Consumer, rec.Position.Topic, rec.Position.Partition}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if offset, busy := p.in[k]; busy {

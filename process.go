@@ -85,7 +85,7 @@ func (ib *Inbox) process(ctx context.Context, rec Record, msg *message.Message, 
 	}
 	if joined != nil { // the owner commits: the inbox's part of the attempt ended cleanly
 		if err := ib.endAttempt(ctx, rec); err != nil {
-			ib.cfg.Logger.Error("inbox: could not end the attempt of a joined transaction", err, watermill.LogFields{"consumer": rec.Consumer, "key": rec.Key})
+			ib.cfg.Logger.Error("inbox: could not end the attempt of a joined transaction", err, withTenant(ctx, watermill.LogFields{"consumer": rec.Consumer, "key": rec.Key}))
 		}
 	} else if rec.Position == nil {
 		ib.recent.add(ctx, rec)

@@ -65,7 +65,7 @@ func (ib *Inbox) ProcessResult(ctx context.Context, consumer, key string, finger
 		return Result{Output: output}, nil
 	}
 
-	fields := watermill.LogFields{"consumer": consumer, "key": rec.Key}
+	fields := withTenant(ctx, watermill.LogFields{"consumer": consumer, "key": rec.Key})
 	res := Result{Duplicate: true, Output: claim.Output}
 	if len(res.Output) == 0 {
 		res.Output = nil

@@ -72,6 +72,18 @@ const NoLeaderEpoch = contract.NoLeaderEpoch
 // export it when the store has it.
 type AttemptCounter = contract.AttemptCounter
 
+// AttemptLister is an optional Store ability: the unfinished attempts
+// (Config.MaxAttempts) with the time each started, per consumer and one by one, for an
+// operator's page (inboxui).
+type AttemptLister = contract.AttemptLister
+
+// AttemptAge is one consumer's unfinished attempts: how many, and when the oldest
+// started.
+type AttemptAge = contract.AttemptAge
+
+// Attempt is one unfinished attempt, as AttemptLister.Attempts lists it.
+type Attempt = contract.Attempt
+
 // ConsumerNeighbours is an optional Store ability: telling cheaply whether a consumer
 // name is new on a table that holds other consumers' keys, so that the middleware warns
 // once about a renamed handler.

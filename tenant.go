@@ -8,6 +8,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 )
 
@@ -95,6 +96,15 @@ func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
 // tenantError reports whether err is one of the permanent tenant routing errors.
 func tenantError(err error) bool {
 	return errors.Is(err, ErrNoTenant) || errors.Is(err, ErrUnknownTenant)
+}
+
+// withTenant adds the tenant ctx carries, if any, to the fields of a log line that names
+// a key: the same key in two tenants is two messages (ADR 143).
+func withTenant(ctx context.Context, fields watermill.LogFields) watermill.LogFields {
+	if tenant, ok := TenantFromContext(ctx); ok {
+		fields["tenant"] = tenant
+	}
+	return fields
 }
 
 // tenantOrigin says where the middleware found a message's tenant, for an unknown

@@ -24,9 +24,12 @@ type TenantConfig struct {
 	// For a tenant that does not exist, return an error wrapping ErrUnknownTenant (or a
 	// Tenant without a Store): the call then fails with ErrUnknownTenant, which is
 	// permanent, and nothing is cached, so that a tenant created later is found. Any
-	// other error is transient: nothing is cached, and the next call tries again. Never
-	// return another tenant's store, or a default one, for a tenant you do not know.
-	// Required.
+	// other error is transient: nothing is cached, and the next call tries again. So is a
+	// panic, which the TenantStore recovers (Lookup runs on a goroutine of its own, where
+	// no recover of the caller's could) and returns to the waiting calls as an error
+	// naming where it panicked. A Tenant returned with an error is closed (Tenant.Close),
+	// never kept. Never return another tenant's store, or a default one, for a tenant you
+	// do not know. Required.
 	Lookup func(ctx context.Context, tenant string) (Tenant, error)
 
 	// Tenants lists the tenants, for the operations across tenants: Purge and
@@ -41,7 +44,12 @@ type TenantConfig struct {
 	// once. Defaults to DefaultTenantParallelism (4).
 	Parallelism int
 
-	// OpenTimeout bounds each call of Lookup. Defaults to DefaultTenantOpenTimeout (30s).
+	// OpenTimeout bounds each call of Lookup: its ctx ends then, and a Lookup that has
+	// not returned by then (one that does not heed its ctx) is abandoned: the calls
+	// waiting for it fail with a transient error wrapping context.DeadlineExceeded, the
+	// tenant's next call fails the same way, without starting another Lookup, until the
+	// abandoned one returns, and what that one returns is closed (Tenant.Close). Defaults
+	// to DefaultTenantOpenTimeout (30s).
 	OpenTimeout time.Duration
 }
 
@@ -58,7 +66,9 @@ type Tenant struct {
 	// Close releases what Lookup opened for this tenant alone: its pool, its client.
 	// Leave it nil when there is nothing of the tenant's own (a schema or a key prefix
 	// on a shared pool). The TenantStore calls it once, after Remove or Close, when the
-	// calls in flight on the tenant's store, open transactions included, have ended.
+	// calls in flight on the tenant's store, open transactions included, have ended; or
+	// at once when the Tenant is not kept: Lookup returned it with an error or without a
+	// Store, or after OpenTimeout.
 	Close func()
 }
 
@@ -82,7 +92,10 @@ type TenantStore struct {
 
 	mu      sync.RWMutex
 	tenants map[string]*tenantEntry
-	closed  bool
+	// abandoned holds the tenants whose last Lookup ran past OpenTimeout and has not
+	// returned yet: no other Lookup of theirs starts until it has (tenantstore_open.go).
+	abandoned map[string]struct{}
+	closed    bool
 }
 
 var (
@@ -125,7 +138,7 @@ func NewTenantStore(cfg TenantConfig) (*TenantStore, error) {
 	if cfg.OpenTimeout == 0 {
 		cfg.OpenTimeout = DefaultTenantOpenTimeout
 	}
-	return &TenantStore{cfg: cfg, tenants: map[string]*tenantEntry{}}, nil
+	return &TenantStore{cfg: cfg, tenants: map[string]*tenantEntry{}, abandoned: map[string]struct{}{}}, nil
 }
 
 // errTenantStoreClosed is returned by calls on a closed TenantStore.
@@ -175,53 +188,6 @@ func (s *TenantStore) get(ctx context.Context, tenant string) (*tenantEntry, err
 		}
 		// Opened: take the reference under the lock, unless Remove took it out meanwhile.
 	}
-}
-
-// open returns tenant's entry, inserting one and starting Lookup when there is none: the
-// double check under the write lock makes one Lookup per tenant, which runs without
-// the lock.
-func (s *TenantStore) open(ctx context.Context, tenant string) (*tenantEntry, error) {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil, errTenantStoreClosed
-	}
-	if e := s.tenants[tenant]; e != nil {
-		s.mu.Unlock()
-		return e, nil
-	}
-	e := &tenantEntry{name: tenant, ready: make(chan struct{})}
-	s.tenants[tenant] = e
-	s.mu.Unlock()
-	go s.lookup(context.WithoutCancel(ctx), e)
-	return e, nil
-}
-
-// lookup runs Lookup for e and publishes the result; a failure takes e out of the map,
-// so that the next call tries again.
-func (s *TenantStore) lookup(ctx context.Context, e *tenantEntry) {
-	ctx, cancel := context.WithTimeout(ContextWithTenant(ctx, e.name), s.cfg.OpenTimeout)
-	defer cancel()
-	t, err := s.cfg.Lookup(ctx, e.name)
-	if err == nil && t.Store == nil {
-		err = fmt.Errorf("%w: TenantConfig.Lookup returned no store", ErrUnknownTenant)
-	}
-	if err != nil {
-		if !errors.Is(err, ErrUnknownTenant) {
-			err = fmt.Errorf("opening its store (TenantConfig.Lookup; the next call tries again): %w", err)
-		}
-		e.err = contract.Wrap(fmt.Sprintf("tenant %q", e.name), err)
-		s.mu.Lock()
-		if s.tenants[e.name] == e {
-			delete(s.tenants, e.name)
-		}
-		s.mu.Unlock()
-		close(e.ready)
-		return
-	}
-	e.t = t
-	e.ok.Store(true)
-	close(e.ready)
 }
 
 // Remove closes a tenant's store: the next call for the tenant opens it again through

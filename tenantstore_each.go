@@ -33,6 +33,10 @@ func (s *TenantStore) ForEachTenant(ctx context.Context, fn func(ctx context.Con
 	return contract.Join(errs...)
 }
 
+// errNoTenantList is the error of an operation across tenants without
+// TenantConfig.Tenants.
+var errNoTenantList = errors.New("inbox: an operation across tenants needs TenantConfig.Tenants, the list of tenants: set it, or call with one tenant in the context (inbox.ContextWithTenant)")
+
 // tenantResult is what an operation did in one tenant.
 type tenantResult struct {
 	tenant string
@@ -43,14 +47,10 @@ type tenantResult struct {
 // each runs fn on every listed tenant and returns one result per tenant, sorted by
 // tenant; the error is the listing's.
 func (s *TenantStore) each(ctx context.Context, fn func(ctx context.Context, tenant string, store Store) (int64, error)) ([]tenantResult, error) {
-	if s.cfg.Tenants == nil {
-		return nil, errors.New("inbox: an operation across tenants needs TenantConfig.Tenants, the list of tenants: set it, or call with one tenant in the context (inbox.ContextWithTenant)")
-	}
-	names, err := s.cfg.Tenants(ctx)
+	names, err := s.Tenants(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("inbox: listing the tenants (TenantConfig.Tenants): %w", err)
+		return nil, err
 	}
-	names = sortedUnique(names)
 	results := make([]tenantResult, len(names))
 	sem := make(chan struct{}, s.cfg.Parallelism)
 	var wg sync.WaitGroup

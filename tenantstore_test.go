@@ -226,3 +226,36 @@ func TestTenantStoreConfig(t *testing.T) {
 
 // storeOnly hides every method of a store but the Store interface's.
 type storeOnly struct{ inbox.Store }
+
+// A Tenant that Lookup returns with an error, or without a Store, is not kept, and is
+// closed: a Lookup that opened a pool and then failed (a store that could not be made
+// on it) may return both, and the pool does not leak.
+func TestLookupFailureClosesWhatItReturned(t *testing.T) {
+	t.Parallel()
+	open, _, _ := schemaLookup(t, nil)
+	migrationCheck := errors.New("the tenant's schema is being migrated")
+	var closed atomic.Int32
+	ts := newTenantStoreWith(t, func(ctx context.Context, tenant string) (inbox.Tenant, error) {
+		opened, err := open(ctx, tenant)
+		require.NoError(t, err)
+		opened.Close = func() { closed.Add(1) }
+		switch tenant {
+		case "tenant-a":
+			return opened, migrationCheck
+		case "tenant-b":
+			opened.Store = nil
+			return opened, nil
+		}
+		return opened, nil
+	})
+	ib := newTestInbox(t, ts, inbox.Config{})
+	for _, tc := range []struct {
+		tenant string
+		want   error
+	}{{"tenant-a", migrationCheck}, {"tenant-b", inbox.ErrUnknownTenant}} {
+		_, err := ib.Process(inbox.ContextWithTenant(context.Background(), tc.tenant), "billing", "order-1", func(context.Context) error { return nil })
+		require.ErrorIs(t, err, tc.want)
+	}
+	require.EqualValues(t, 2, closed.Load(), "both closed, once each")
+	require.Empty(t, ts.Open())
+}

@@ -76,10 +76,12 @@ func txTypeName(tx any) string {
 // handled, in the context the handler got (the message's, behind Middleware; the one fn
 // gets from Process, ProcessResult and ProcessJSON; the request's, behind inboxhttp):
 // Record.Consumer is the consumer the key belongs to (Config.Consumer, the Watermill
-// handler name, or the one passed to Process), and Record.Key is the key as stored, which
-// may differ from what the KeyFunc returned (see MaxKeyLen). Together they name the
-// message once and for all, on every delivery, whatever KeyFunc found the key: derive
-// ids of what the handler emits from them (outbox.MessageIDFromContext does).
+// handler name, or the one passed to Process), Record.Key is the key as stored, which
+// may differ from what the KeyFunc returned (see MaxKeyLen), and Record.Tenant the
+// tenant it was claimed in (empty without one). Together they name the message once and
+// for all, on every delivery, whatever KeyFunc found the key: the same key in two
+// tenants is two messages. Derive ids of what the handler emits from all three
+// (outbox.MessageIDFromContext does).
 //
 // Record.Fingerprint is the one stored with the key; Record.Attempt is empty. ok is false
 // outside a handler run by the inbox, e.g. for a handler given a transaction of its own
@@ -89,9 +91,11 @@ func ClaimFromContext(ctx context.Context) (rec Record, ok bool) {
 	return rec, ok
 }
 
-// contextWithClaim returns ctx with the claimed record, for the handler.
+// contextWithClaim returns ctx with the claimed record, and the tenant ctx carries, for
+// the handler.
 func contextWithClaim(ctx context.Context, rec Record) context.Context {
 	rec.Fingerprint = bytes.Clone(rec.Fingerprint)
 	rec.Attempt = "" // the attempt's token is the inbox's bookkeeping, not the message's
+	rec.Tenant, _ = TenantFromContext(ctx)
 	return context.WithValue(ctx, claimContextKey{}, rec)
 }

@@ -216,6 +216,7 @@ func midCommitKill(t *testing.T, pidFile, mode string, colocate bool) {
 			}
 		}()
 	}
+	start := time.Now()
 	killed, pid := 0, 0
 	for range kills {
 		// Once both shards commit again, let commits flow a moment, then kill.
@@ -234,10 +235,12 @@ func midCommitKill(t *testing.T, pidFile, mode string, colocate bool) {
 		killed++
 	}
 	stop.Store(true)
+	killing := time.Since(start)
 	<-produced
 	pending.Wait()
 	close(queue)
 	wg.Wait()
+	draining := time.Since(start) - killing
 
 	// Every message once more: each must be a duplicate now.
 	mu.Lock()
@@ -261,6 +264,8 @@ func midCommitKill(t *testing.T, pidFile, mode string, colocate bool) {
 		}
 	}
 
+	redelivering := time.Since(start) - killing - draining
+
 	// Prepared transactions the kills interrupted are resolved by vtgate; wait for them.
 	// (Ones left by an earlier run whose tables are gone never resolve: not counted.)
 	// One that stays as it is for 15 s (the tablets retry every 2 s) is stuck.
@@ -280,6 +285,7 @@ func midCommitKill(t *testing.T, pidFile, mode string, colocate bool) {
 		}
 	}
 	nonAtomic := nonAtomicCommits(t) - nonAtomicBefore
+	resolving := time.Since(start) - killing - draining - redelivering
 
 	counts := map[string]int{}
 	rows, err := db.Query("SELECT msg_key, COUNT(*) FROM " + effects + " GROUP BY msg_key")
@@ -300,8 +306,9 @@ func midCommitKill(t *testing.T, pidFile, mode string, colocate bool) {
 			doubled++
 		}
 	}
-	t.Logf("FIGURES vitess %s: %d messages, %d mysqld kills, %d failed deliveries redelivered, %d applied again on the last redelivery, %d lost, %d doubled, %d unresolved at the end, %d commits vtgate counted as non-atomic",
-		mode, len(keys), killed, failures.Load(), reapplied, lost, doubled, unresolved, nonAtomic)
+	t.Logf("FIGURES vitess %s: %d messages, %d mysqld kills, %d failed deliveries redelivered, %d applied again on the last redelivery, %d lost, %d doubled, %d unresolved at the end, %d commits vtgate counted as non-atomic; %v killing, %v draining, %v redelivering, %v resolving",
+		mode, len(keys), killed, failures.Load(), reapplied, lost, doubled, unresolved, nonAtomic,
+		killing.Round(time.Second), draining.Round(time.Second), redelivering.Round(time.Second), resolving.Round(time.Second))
 	require.Positive(t, failures.Load(), "the kills interrupted deliveries")
 	require.Zero(t, reapplied, "every redelivery is a duplicate")
 	switch mode {

@@ -101,10 +101,15 @@ type Config struct {
 	// the host or the authenticated principal: the middleware puts it in the request
 	// context (inbox.ContextWithTenant), so that an inbox on an inbox.TenantStore keeps
 	// the key and runs the handler in that tenant's database, and the handler finds it
-	// with inbox.TenantFromContext. A request without one gets 400 Bad Request; one
-	// whose tenant the TenantStore does not know gets 404 Not Found, nothing written.
-	// Keys are per tenant: the same key in two tenants is two keys. Defaults to nil: a
-	// tenant an outer middleware put in the request context passes through.
+	// with inbox.TenantFromContext. A request without one (an error wrapping
+	// inbox.ErrNoTenant, or an empty tenant) gets 400 Bad Request; one whose tenant is
+	// unknown (the function's error, or the TenantStore's Lookup, wraps
+	// inbox.ErrUnknownTenant) gets 404 Not Found; any other error of the function (the
+	// tenant directory is down) is a failure like the store's: 503 with Retry-After, or
+	// 500 when inbox.Permanent says a retry cannot help. Nothing runs or is written in
+	// any of these cases. Keys are per tenant: the same key in two tenants is two keys.
+	// Defaults to nil: a tenant an outer middleware put in the request context passes
+	// through.
 	Tenant func(r *http.Request) (string, error)
 
 	// Optional lets a request without a key through to the handler, without

@@ -29,7 +29,9 @@
 // Tenants: with an inbox on an inbox.TenantStore, Config.Tenant (e.g.
 // TenantFromHeader("X-Tenant-ID")) names each request's tenant, whose database or
 // schema then holds the key, the stored response and the handler's writes. A request
-// without a tenant gets 400, one with a tenant the store does not know 404.
+// without a tenant gets 400, one with a tenant the store does not know 404; a tenant
+// function or a TenantConfig.Lookup that fails otherwise (the directory is down) is a
+// failure like the store's: 503 with Retry-After, or 500 when it is permanent.
 //
 // The package imports net/http, the standard library and the inbox; it works with the
 // standard mux and with chi-style routers, since Middleware is a

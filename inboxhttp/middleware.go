@@ -23,8 +23,11 @@ type Idempotency struct {
 	omitted map[string]bool
 
 	mu       sync.Mutex
-	inFlight map[string]struct{} // keys being processed here, for Conflict
+	inFlight map[inFlightKey]struct{} // keys being processed here, for Conflict
 }
+
+// inFlightKey is a key being processed here, in its tenant ("" without one).
+type inFlightKey struct{ tenant, key string }
 
 // New returns an Idempotency middleware. It fails when the config is invalid, naming the
 // field and what to do.
@@ -33,7 +36,7 @@ func New(cfg Config) (*Idempotency, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("inboxhttp: invalid config: %w", err)
 	}
-	m := &Idempotency{cfg: cfg, methods: map[string]bool{}, omitted: map[string]bool{}, inFlight: map[string]struct{}{}}
+	m := &Idempotency{cfg: cfg, methods: map[string]bool{}, omitted: map[string]bool{}, inFlight: map[inFlightKey]struct{}{}}
 	for _, method := range cfg.Methods {
 		m.methods[method] = true
 	}
@@ -113,16 +116,14 @@ func (m *Idempotency) Middleware(next http.Handler) http.Handler {
 				err = fmt.Errorf("%w: Config.Tenant returned an empty tenant", inbox.ErrNoTenant)
 			}
 			if err != nil {
-				problem(w, http.StatusBadRequest, "about:blank", "The request's tenant could not be found ("+clientText(err)+").")
+				m.tenantFailed(w, r, key, err)
 				return
 			}
 			r = r.WithContext(inbox.ContextWithTenant(r.Context(), tenant))
 		}
 		if m.cfg.InFlight == Conflict {
-			inFlight := key // per tenant, as the stored keys are
-			if tenant, ok := inbox.TenantFromContext(r.Context()); ok {
-				inFlight = tenant + "\x00" + key
-			}
+			inFlight := inFlightKey{key: key} // per tenant, as the stored keys are
+			inFlight.tenant, _ = inbox.TenantFromContext(r.Context())
 			if !m.enter(inFlight) {
 				w.Header().Set("Retry-After", "1")
 				problem(w, http.StatusConflict, "about:blank", "A request with this idempotency key is still being processed; retry later.")
@@ -209,6 +210,22 @@ func (m *Idempotency) serve(w http.ResponseWriter, r *http.Request, next http.Ha
 	}
 }
 
+// tenantFailed answers a request whose tenant Config.Tenant could not derive, as the
+// error table says: the request names none (ErrNoTenant), 400; the tenant is unknown
+// (ErrUnknownTenant), 404; the function failed otherwise (the tenant directory is
+// down), as any failure: 503 with Retry-After when a retry can help, 500 when the error
+// is permanent (inbox.Permanent). Nothing ran.
+func (m *Idempotency) tenantFailed(w http.ResponseWriter, r *http.Request, key string, err error) {
+	switch {
+	case errors.Is(err, inbox.ErrNoTenant):
+		problem(w, http.StatusBadRequest, "about:blank", "The request's tenant could not be found ("+clientText(err)+").")
+	case errors.Is(err, inbox.ErrUnknownTenant):
+		problem(w, http.StatusNotFound, ProblemPermanent, "This request's tenant is unknown; nothing was processed.")
+	default:
+		m.fail(w, r, key, fmt.Errorf("inboxhttp: deriving the request's tenant (Config.Tenant): %w", err))
+	}
+}
+
 // serveRecovering serves r with h and returns what h panicked with, nil if it did not.
 func serveRecovering(h http.Handler, w http.ResponseWriter, r *http.Request) (panicked any) {
 	defer func() { panicked = recover() }()
@@ -271,7 +288,7 @@ func failureOf(err error) failure {
 		"The request could not be completed and nothing was stored; retry it with the same idempotency key.", true}
 }
 
-func (m *Idempotency) enter(key string) bool {
+func (m *Idempotency) enter(key inFlightKey) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if _, ok := m.inFlight[key]; ok {
@@ -281,7 +298,7 @@ func (m *Idempotency) enter(key string) bool {
 	return true
 }
 
-func (m *Idempotency) leave(key string) {
+func (m *Idempotency) leave(key inFlightKey) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.inFlight, key)

@@ -2,9 +2,11 @@ package inboxhttp_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -152,3 +154,52 @@ func TestConflictIsPerTenant(t *testing.T) {
 }
 
 func pair(a, b int) [2]int { return [2]int{a, b} }
+
+// Issue 32, defect 2: a tenant function that fails otherwise than with ErrNoTenant (the
+// tenant directory is down) got 400, and the client dropped the request for good. It is
+// transient, as the Watermill middleware has it: 503 with Retry-After, and the retry
+// goes through. A permanent one (inbox.MarkPermanent) gets 500; ErrUnknownTenant 404.
+func TestTenantFuncFailures(t *testing.T) {
+	t.Parallel()
+	b, balance := tenantBackend(t)
+	p := &payments{b: b}
+	var fail atomic.Pointer[error] // the error the tenant function returns, if any
+	url := serve(t, newMiddleware(t, b, inboxhttp.Config{Tenant: func(r *http.Request) (string, error) {
+		if err := fail.Load(); err != nil {
+			return "", *err
+		}
+		return inboxhttp.TenantFromHeader("X-Tenant-ID")(r)
+	}}), p)
+	client := &http.Client{}
+	send := func() reply {
+		req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"amount":5}`))
+		require.NoError(t, err)
+		req.Header.Set("Idempotency-Key", `"k1"`)
+		req.Header.Set("X-Tenant-ID", "acme")
+		got, err := do(client, req)
+		require.NoError(t, err)
+		return got
+	}
+	for _, tc := range []struct {
+		name       string
+		err        error
+		status     int
+		typ        string
+		retryAfter string
+	}{
+		{"the directory is down", errors.New("tenant directory unreachable"), http.StatusServiceUnavailable, inboxhttp.ProblemTransient, "1"},
+		{"a permanent failure", inbox.MarkPermanent(errors.New("the tenant claim is signed with a revoked key")), http.StatusInternalServerError, inboxhttp.ProblemPermanent, ""},
+		{"an unknown tenant", fmt.Errorf("%w: no tenant at this host", inbox.ErrUnknownTenant), http.StatusNotFound, inboxhttp.ProblemPermanent, ""},
+	} {
+		fail.Store(&tc.err)
+		got := send()
+		requireProblemOf(t, got, tc.status, tc.typ)
+		require.Equal(t, tc.retryAfter, got.header.Get("Retry-After"), tc.name)
+		require.NotContains(t, got.body, "revoked", "the cause is logged, not sent")
+	}
+	fail.Store(nil)
+	got := send()
+	require.Equal(t, http.StatusCreated, got.status, "the retry, once the directory answers: %s", got.body)
+	require.Equal(t, int32(1), p.calls.Load())
+	require.Equal(t, [2]int{5, 1}, pair(balance(t, "acme")))
+}

@@ -37,6 +37,11 @@
 // error.type to the outcome; a duplicate, replayed or mismatched message is not an error,
 // even when OnDuplicate: Fail nacks it.
 //
+// Tracing (NewTracing) is such a middleware: it starts a consumer span, "process
+// <topic>", continuing the trace the message carries in its metadata (W3C traceparent,
+// as package outbox writes it for the messages a handler emits), so that one trace
+// follows a message through the outbox to the next consumer.
+//
 // Keys can carry personal data (an e-mail address, an account number), and the inbox's
 // errors name the key, so by default neither the key, nor the message UUID (the key under
 // the default inbox.KeyFromUUID), nor the error text reaches the span: Config.RecordKey,

@@ -69,7 +69,9 @@ type Config struct {
 	MeterProvider metric.MeterProvider
 
 	// RecordKey sets AttrKey, the key as stored, on the span. Keys can carry personal
-	// data. Defaults to false.
+	// data. A key names a message only in its tenant, so the span of a message that has
+	// one gets AttrTenant with it, RecordTenant or not (the span only: no metric series
+	// is added). Defaults to false.
 	RecordKey bool
 
 	// RecordMessageID sets messaging.message.id, the Watermill message UUID, on the span
@@ -161,10 +163,14 @@ func (ob *Observer) Observe(ctx context.Context, o inbox.Observation) {
 		wait := AttrClaimWait.Float64(o.ClaimWait.Seconds())
 		attrs, event = append(attrs, wait), append(event, wait)
 	}
+	recordKey := ob.cfg.RecordKey && o.Key != ""
+	if recordKey && o.Tenant != "" { // the key's tenant: the same key in two tenants is two messages
+		tenant = o.Tenant
+	}
 	if tenant != "" {
 		attrs = append(attrs, AttrTenant.String(tenant))
 	}
-	if ob.cfg.RecordKey && o.Key != "" {
+	if recordKey {
 		attrs = append(attrs, AttrKey.String(o.Key))
 	}
 	if ob.cfg.RecordMessageID && o.MessageUUID != "" {

@@ -47,3 +47,31 @@ func TestObserver_RecordTenant(t *testing.T) {
 		}
 	}
 }
+
+// RecordKey puts the key's tenant on the span with the key, RecordTenant or not: a key
+// names a message only in its tenant (ADR 143). The metrics keep one series.
+func TestObserver_RecordKeyNamesItsTenant(t *testing.T) {
+	t.Parallel()
+	store := brokertest.Store(t, brokertest.PgPool(t), brokertest.Name("inboxotel"), true)
+	b := setup(t, inboxotel.Config{RecordKey: true})
+	ib, err := inbox.New(inbox.Config{Store: store, Observer: b.obs})
+	require.NoError(t, err)
+	for _, tenant := range []string{"acme", "globex", ""} {
+		ctx, span := b.tracer.Start(context.Background(), "webhook")
+		if tenant != "" {
+			ctx = inbox.ContextWithTenant(ctx, tenant)
+		}
+		_, err := ib.Process(ctx, "keys", "delivery-1-"+tenant, func(context.Context) error { return nil })
+		span.End()
+		require.NoError(t, err)
+	}
+	spans := b.spans.Ended()
+	require.Len(t, spans, 3)
+	for i, tenant := range []string{"acme", "globex"} {
+		require.Equal(t, tenant, attrs(spans[i])[inboxotel.AttrTenant].AsString())
+		require.Contains(t, attrs(spans[i]), inboxotel.AttrKey)
+	}
+	require.NotContains(t, attrs(spans[2]), inboxotel.AttrTenant, "no tenant, none named")
+	points := b.metrics(t)[inboxotel.MessagesMetric].Data.(metricdata.Sum[int64]).DataPoints
+	require.Len(t, points, 1, "one series: the span only")
+}

@@ -70,3 +70,33 @@ func (s *Store) Stats(ctx context.Context) ([]contract.ConsumerStats, error) {
 	}
 	return stats, nil
 }
+
+var _ contract.AttemptLister = (*Store)(nil)
+
+// mysqlTime reads a time that a statement formatted with DATE_FORMAT(…,
+// '%Y-%m-%d %H:%i:%s.%f'), whatever the DSN's parseTime: the attempts' times are UTC.
+func mysqlTime(s string) (time.Time, error) { return time.Parse(mysqlTimeFormat, s) }
+
+// AttemptAges implements AttemptLister: one GROUP BY over the attempts table.
+func (s *Store) AttemptAges(ctx context.Context) ([]contract.AttemptAge, error) {
+	ages, err := sqlstore.AttemptAges(ctx, s.db, "SELECT `consumer`, COUNT(*), DATE_FORMAT(MIN(`started_at`), '%Y-%m-%d %H:%i:%s.%f') FROM `"+
+		s.cfg.Table+"_attempts` GROUP BY `consumer` ORDER BY `consumer`", mysqlTime)
+	if err != nil {
+		return nil, s.wrap("reading the attempts' ages", err)
+	}
+	return ages, nil
+}
+
+// Attempts implements AttemptLister: a seek on the primary key's first column, then a
+// sort of the consumer's attempts (few: those in flight and those that died).
+func (s *Store) Attempts(ctx context.Context, consumer string, limit int) ([]contract.Attempt, error) {
+	if err := sqlstore.CheckAttemptLimit(limit); err != nil {
+		return nil, err
+	}
+	list, err := sqlstore.ListAttempts(ctx, s.db, "SELECT `consumer`, `key`, `attempt`, DATE_FORMAT(`started_at`, '%Y-%m-%d %H:%i:%s.%f') AS `started` FROM `"+
+		s.cfg.Table+"_attempts` WHERE `consumer` = ? ORDER BY `started`, `key`, `attempt` LIMIT ?", mysqlTime, consumer, limit)
+	if err != nil {
+		return nil, s.wrap("listing the attempts of "+consumer, err)
+	}
+	return list, nil
+}

@@ -3,6 +3,7 @@ package outbox_test
 import (
 	"context"
 	stdsql "database/sql"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -79,5 +80,26 @@ func TestErrNoTxIsTheInboxOne(t *testing.T) {
 		require.ErrorIs(t, err, inbox.ErrNoTx)
 		require.Equal(t, 1, strings.Count(err.Error(), "outbox:"), "%q", err)
 		require.NotContains(t, err.Error(), "\n")
+	}
+}
+
+// Ids of messages without a tenant are those of every earlier version (the value below
+// was printed by the version before TenantMessageID): a service upgrading emits the same
+// ids for the same messages. A tenant's ids differ from them and from one another.
+func TestMessageIDsWithoutATenantAreUnchanged(t *testing.T) {
+	t.Parallel()
+	const before = "8ca17389-e0b1-54c0-bb2f-65ed33556aa0"
+	require.Equal(t, before, outbox.MessageID("billing", "order-1", "CashbackCredited"))
+	require.Equal(t, before, outbox.TenantMessageID("", "billing", "order-1", "CashbackCredited"))
+	ids := map[string]string{}
+	for _, args := range [][4]string{
+		{"", "billing", "order-1", "CashbackCredited"},
+		{"acme", "billing", "order-1", "CashbackCredited"},
+		{"globex", "billing", "order-1", "CashbackCredited"},
+		{"acmeb", "illing", "order-1", "CashbackCredited"}, // the lengths keep the strings apart
+	} {
+		id := outbox.TenantMessageID(args[0], args[1], args[2], args[3])
+		require.NotContains(t, ids, id, "%q gives %q's id", args, ids[id])
+		ids[id] = fmt.Sprint(args)
 	}
 }

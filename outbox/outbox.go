@@ -22,7 +22,13 @@
 // broker delivers the messages at least once, with the UUIDs they were published with:
 // a consumer behind an inbox downstream deduplicates a message forwarded twice.
 //
-// It is its own package so that the root package does not import watermill-sql.
+// A handler whose context carries a span (a tracing middleware such as
+// inboxotel.Tracing) emits messages that carry its trace: the outbox starts an "outbox
+// send <topic>" span and writes its W3C traceparent into their metadata, which the next
+// consumer's tracing middleware continues. Without a span nothing is written.
+//
+// It is its own package so that the root package does not import watermill-sql or
+// OpenTelemetry.
 package outbox
 
 import (
@@ -37,6 +43,9 @@ import (
 	"github.com/ThreeDotsLabs/watermill/components/forwarder"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/watermill-inbox/inbox"
 )
@@ -68,6 +77,21 @@ type Config struct {
 
 	// Logger is the watermill-sql publisher's logger. Defaults to watermill.NopLogger.
 	Logger watermill.LoggerAdapter
+
+	// TracerProvider provides the tracer of the outbox's span ("outbox send <topic>",
+	// a producer span, child of the span in the handler's context), started only when
+	// that context carries a span. Defaults to otel.GetTracerProvider(), the global one
+	// (without an SDK set there, no span is recorded, and the messages carry the
+	// handler's own span context).
+	TracerProvider trace.TracerProvider
+
+	// Propagator writes the trace context into the emitted messages' metadata (and the
+	// Forwarder's envelopes), when the handler's context carries a span. Set
+	// otel.GetTextMapPropagator() to use the process's, or
+	// propagation.NewCompositeTextMapPropagator() (none) to write nothing. Defaults to
+	// propagation.TraceContext{}: W3C traceparent and tracestate, which
+	// inboxotel.Tracing reads.
+	Propagator propagation.TextMapPropagator
 }
 
 // Outbox builds publishers bound to the inbox transaction of a handler's context.
@@ -85,6 +109,12 @@ func New(cfg Config) (*Outbox, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = watermill.NopLogger{}
+	}
+	if cfg.TracerProvider == nil {
+		cfg.TracerProvider = otel.GetTracerProvider()
+	}
+	if cfg.Propagator == nil {
+		cfg.Propagator = propagation.TraceContext{}
 	}
 	if !validTopic(cfg.ForwarderTopic) {
 		return nil, fmt.Errorf("outbox: invalid config: ForwarderTopic %q: use letters, digits and . - _ $ : (it becomes a table name)", cfg.ForwarderTopic)
@@ -167,8 +197,7 @@ func (o *Outbox) Publisher(ctx context.Context) (message.Publisher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("outbox: creating the SQL publisher: %w", err)
 	}
-	return forwarder.NewPublisher(contextPublisher{ctx: ctx, pub: pub},
-		forwarder.PublisherConfig{ForwarderTopic: o.cfg.ForwarderTopic}), nil
+	return outboxPublisher{o: o, ctx: ctx, pub: pub}, nil
 }
 
 // Publish writes msgs for topic to the outbox through the inbox transaction in ctx: it is
@@ -184,10 +213,35 @@ func (o *Outbox) Publish(ctx context.Context, topic string, msgs ...*message.Mes
 	return nil
 }
 
-// contextPublisher gives the envelopes the handler's context before the SQL publisher
-// inserts them: watermill-sql runs the insert with the first message's context, and an
-// emitted message usually has none.
+// outboxPublisher is what Publisher returns: each Publish starts the outbox's span
+// when the handler's context carries a span, writes the trace context into the
+// messages' metadata, and wraps them in the Forwarder's envelopes for the SQL
+// publisher.
+type outboxPublisher struct {
+	o   *Outbox
+	ctx context.Context
+	pub message.Publisher
+}
+
+func (p outboxPublisher) Publish(topic string, msgs ...*message.Message) error {
+	ctx, end := p.o.startSpan(p.ctx, topic, msgs)
+	for _, m := range msgs {
+		p.o.inject(ctx, m)
+	}
+	envelopes := forwarder.NewPublisher(contextPublisher{o: p.o, ctx: ctx, pub: p.pub},
+		forwarder.PublisherConfig{ForwarderTopic: p.o.cfg.ForwarderTopic})
+	err := envelopes.Publish(topic, msgs...)
+	end(err)
+	return err
+}
+
+func (p outboxPublisher) Close() error { return p.pub.Close() }
+
+// contextPublisher gives the envelopes the handler's context (with the outbox's span)
+// and its trace context before the SQL publisher inserts them: watermill-sql runs the
+// insert with the first message's context, and an emitted message usually has none.
 type contextPublisher struct {
+	o   *Outbox
 	ctx context.Context
 	pub message.Publisher
 }
@@ -195,6 +249,7 @@ type contextPublisher struct {
 func (p contextPublisher) Publish(topic string, msgs ...*message.Message) error {
 	for _, m := range msgs {
 		m.SetContext(p.ctx) // the forwarder's envelopes, never the caller's messages
+		p.o.inject(p.ctx, m)
 	}
 	return p.pub.Publish(topic, msgs...)
 }

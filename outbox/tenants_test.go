@@ -16,11 +16,17 @@ import (
 	"github.com/watermill-inbox/inbox/outbox"
 )
 
-// The outbox in the tenant's transaction: with a schema per tenant and SearchPath, the
-// outbox table's unqualified name resolves in the tenant's schema, so each tenant's
-// emitted messages commit (and roll back) with its key, in its own outbox.
-func TestOutboxPerTenantSchema(t *testing.T) {
-	t.Parallel()
+// tenantOutboxes is a TenantStore over a schema per tenant of one pool, each schema
+// with the Outbox's table; outboxTable names a tenant's.
+type tenantOutboxes struct {
+	pool    *pgxpool.Pool
+	ts      *inbox.TenantStore
+	ob      *outbox.Outbox
+	tenants []string
+	schemas map[string]string
+}
+
+func newTenantOutboxes(t *testing.T) tenantOutboxes {
 	ctx := context.Background()
 	pool := pgPool(t)
 	tenants := []string{"acme", "globex"}
@@ -58,6 +64,22 @@ func TestOutboxPerTenantSchema(t *testing.T) {
 		t.Cleanup(tenantPool.Close)
 		require.NoError(t, outboxSubscriber(t, tenantPool, ob, "schema").SubscribeInitialize(ob.Config().ForwarderTopic))
 	}
+	return tenantOutboxes{pool: pool, ts: ts, ob: ob, tenants: tenants, schemas: schemas}
+}
+
+// outboxTable names tenant's outbox table.
+func (o tenantOutboxes) outboxTable(tenant string) string {
+	return pgx.Identifier{o.schemas[tenant], "watermill_" + o.ob.Config().ForwarderTopic}.Sanitize()
+}
+
+// The outbox in the tenant's transaction: with a schema per tenant and SearchPath, the
+// outbox table's unqualified name resolves in the tenant's schema, so each tenant's
+// emitted messages commit (and roll back) with its key, in its own outbox.
+func TestOutboxPerTenantSchema(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	o := newTenantOutboxes(t)
+	ts, ob, pool, tenants := o.ts, o.ob, o.pool, o.tenants
 
 	ib, err := inbox.New(inbox.Config{Store: ts, Consumer: "billing"})
 	require.NoError(t, err)
@@ -89,9 +111,52 @@ func TestOutboxPerTenantSchema(t *testing.T) {
 	for _, tenant := range tenants {
 		var rows int
 		var payload string
-		table := pgx.Identifier{schemas[tenant], "watermill_" + ob.Config().ForwarderTopic}.Sanitize()
-		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*), coalesce(max(payload::text), '') FROM `+table).Scan(&rows, &payload))
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*), coalesce(max(payload::text), '') FROM `+o.outboxTable(tenant)).Scan(&rows, &payload))
 		require.Equal(t, 1, rows, "%s's outbox: one message, the failed delivery's rolled back", tenant)
 		require.Contains(t, payload, base64.StdEncoding.EncodeToString([]byte(tenant)), "the envelope carries %s's event", tenant)
 	}
+}
+
+// Issue 32, defect 5: the same key in two tenants gave the same outbox ids
+// (MessageIDFromContext left the tenant out), and an inbox downstream with default
+// settings processed one of the two events: the other tenant's effect was lost.
+func TestMessageIDsPerTenant(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	o := newTenantOutboxes(t)
+	ib, err := inbox.New(inbox.Config{Store: o.ts, Consumer: "billing"})
+	require.NoError(t, err)
+	h := ib.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+		tenant, _ := inbox.TenantFromContext(msg.Context())
+		id, err := outbox.MessageIDFromContext(msg.Context(), "CashbackCredited")
+		if err != nil {
+			return nil, err
+		}
+		return nil, o.ob.Publish(msg.Context(), "cashback", message.NewMessage(id, []byte(tenant)))
+	})
+	for _, tenant := range o.tenants {
+		msg := message.NewMessage("order-1", nil) // the same key in both tenants
+		msg.Metadata.Set(inbox.DefaultTenantMetadata, tenant)
+		_, err := h(msg)
+		require.NoError(t, err)
+	}
+
+	// Downstream, an inbox with default settings (keys from the UUID) consumes what the
+	// tenants' forwarders publish: each tenant's event.
+	down, _ := newInbox(t, o.pool, "downstream")
+	var processed []string
+	dh := down.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+		processed = append(processed, string(msg.Payload))
+		return nil, nil
+	})
+	ids := map[string]string{}
+	for _, tenant := range o.tenants {
+		var id string // the event's, in the forwarder's envelope
+		require.NoError(t, o.pool.QueryRow(ctx, `SELECT payload::jsonb->>'uuid' FROM `+o.outboxTable(tenant)).Scan(&id))
+		ids[tenant] = id
+		_, err := dh(message.NewMessage(id, []byte(tenant)))
+		require.NoError(t, err)
+	}
+	require.Equal(t, o.tenants, processed, "each tenant's event is a message of its own downstream")
+	require.NotEqual(t, ids["acme"], ids["globex"])
 }

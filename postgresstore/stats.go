@@ -2,6 +2,7 @@ package postgresstore
 
 import (
 	"context"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -118,4 +119,84 @@ func (s *Store) Stats(ctx context.Context) ([]contract.ConsumerStats, error) {
 		return nil, s.wrap("reading stats", err)
 	}
 	return stats, nil
+}
+
+var (
+	_ contract.AttemptLister = (*Store)(nil)
+	_ contract.AttemptLister = (*SQLStore)(nil)
+)
+
+// attemptAgesQuery and attemptsQuery are AttemptLister's statements on a, the quoted
+// attempts table: a GROUP BY over it, and one consumer's rows (a seek on the primary
+// key's first column, then a sort of that consumer's attempts, which are few: those in
+// flight and those that died).
+func attemptAgesQuery(a string) string {
+	return `SELECT consumer, count(*), min(started_at) FROM ` + a + ` GROUP BY consumer ORDER BY consumer`
+}
+
+func attemptsQuery(a string) string {
+	return `SELECT consumer, key, attempt, started_at FROM ` + a + ` WHERE consumer = $1 ORDER BY started_at, key, attempt LIMIT $2`
+}
+
+func (s *Store) attemptsTable() string    { return pgName(s.cfg.Schema, s.cfg.Table+"_attempts") }
+func (s *SQLStore) attemptsTable() string { return pgName(s.cfg.Schema, s.cfg.Table+"_attempts") }
+
+func sameTime(t time.Time) (time.Time, error) { return t, nil }
+
+// AttemptAges implements AttemptLister.
+func (s *Store) AttemptAges(ctx context.Context) ([]contract.AttemptAge, error) {
+	rows, err := s.db.Query(ctx, attemptAgesQuery(s.attemptsTable()))
+	if err != nil {
+		return nil, s.wrap("reading the attempts' ages", err)
+	}
+	ages, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (contract.AttemptAge, error) {
+		var a contract.AttemptAge
+		err := row.Scan(&a.Consumer, &a.Unfinished, &a.Oldest)
+		return a, err
+	})
+	if err != nil {
+		return nil, s.wrap("reading the attempts' ages", err)
+	}
+	return ages, nil
+}
+
+// Attempts implements AttemptLister.
+func (s *Store) Attempts(ctx context.Context, consumer string, limit int) ([]contract.Attempt, error) {
+	if err := sqlstore.CheckAttemptLimit(limit); err != nil {
+		return nil, err
+	}
+	rows, err := s.db.Query(ctx, attemptsQuery(s.attemptsTable()), consumer, limit)
+	if err != nil {
+		return nil, s.wrap("listing the attempts of "+consumer, err)
+	}
+	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (contract.Attempt, error) {
+		var a contract.Attempt
+		err := row.Scan(&a.Consumer, &a.Key, &a.Token, &a.StartedAt)
+		return a, err
+	})
+	if err != nil {
+		return nil, s.wrap("listing the attempts of "+consumer, err)
+	}
+	return list, nil
+}
+
+// AttemptAges implements AttemptLister.
+func (s *SQLStore) AttemptAges(ctx context.Context) ([]contract.AttemptAge, error) {
+	ages, err := sqlstore.AttemptAges(ctx, s.db, attemptAgesQuery(s.attemptsTable()), sameTime)
+	if err != nil {
+		return nil, s.wrap("reading the attempts' ages", err)
+	}
+	return ages, nil
+}
+
+// Attempts implements AttemptLister.
+func (s *SQLStore) Attempts(ctx context.Context, consumer string, limit int) ([]contract.Attempt, error) {
+	if err := sqlstore.CheckAttemptLimit(limit); err != nil {
+		return nil, err
+	}
+	list, err := sqlstore.ListAttempts(ctx, s.db, attemptsQuery(s.attemptsTable()), sameTime, consumer, limit)
+	if err != nil {
+		return nil, s.wrap("listing the attempts of "+consumer, err)
+	}
+	return list, nil
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/watermill-inbox/inbox/internal/contract"
+	"github.com/watermill-inbox/inbox/internal/sqlstore"
 )
 
 // The optional store abilities the table metrics and the consumer-name check use.
@@ -86,4 +87,33 @@ func (s *Store) Stats(ctx context.Context) ([]contract.ConsumerStats, error) {
 		return nil, s.wrap("reading stats", err)
 	}
 	return stats, nil
+}
+
+var _ contract.AttemptLister = (*Store)(nil)
+
+// micros reads a time stored as microseconds since the Unix epoch.
+func micros(us int64) (time.Time, error) { return time.UnixMicro(us).UTC(), nil }
+
+// AttemptAges implements inbox.AttemptLister: one GROUP BY over the attempts table.
+func (s *Store) AttemptAges(ctx context.Context) ([]contract.AttemptAge, error) {
+	ages, err := sqlstore.AttemptAges(ctx, s.db, `SELECT "consumer", COUNT(*), MIN("started_at") FROM "`+
+		s.cfg.Table+`_attempts" GROUP BY "consumer" ORDER BY "consumer"`, micros)
+	if err != nil {
+		return nil, s.wrap("reading the attempts' ages", err)
+	}
+	return ages, nil
+}
+
+// Attempts implements inbox.AttemptLister: a seek on the primary key's first column,
+// then a sort of the consumer's attempts (few: those in flight and those that died).
+func (s *Store) Attempts(ctx context.Context, consumer string, limit int) ([]contract.Attempt, error) {
+	if err := sqlstore.CheckAttemptLimit(limit); err != nil {
+		return nil, err
+	}
+	list, err := sqlstore.ListAttempts(ctx, s.db, `SELECT "consumer", "key", "attempt", "started_at" FROM "`+
+		s.cfg.Table+`_attempts" WHERE "consumer" = ?1 ORDER BY "started_at", "key", "attempt" LIMIT ?2`, micros, consumer, limit)
+	if err != nil {
+		return nil, s.wrap("listing the attempts of "+consumer, err)
+	}
+	return list, nil
 }

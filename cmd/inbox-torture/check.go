@@ -111,7 +111,12 @@ func checkMessages(o options, s ledgerState, messages []int) []string {
 		report("the inbox holds %d keys (%d distinct) for %d messages and %d poison ones the handler refused", len(s.keys), len(keys), len(messages), wantKeys-len(messages))
 	}
 	if lost+twice+wrong > 0 {
-		problems = append([]string{fmt.Sprintf("%d messages never applied (lost, or not delivered yet), %d applied more than once, %d applied wrongly", lost, twice, wrong)}, problems...)
+		problems = append([]string{tally(lost, twice, wrong)}, problems...)
 	}
 	return problems
+}
+
+// tally is the first problem checkMessages reports when any message went wrong.
+func tally(lost, twice, wrong int) string {
+	return fmt.Sprintf("%d messages never applied (lost, or not delivered yet), %d applied more than once, %d applied wrongly", lost, twice, wrong)
 }

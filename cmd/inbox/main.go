@@ -1,6 +1,7 @@
 // Command inbox operates the tables of github.com/watermill-inbox/inbox: it purges old
 // keys, prints the schema, shows key counts, forgets one key so that its message is
-// processed again, and shows and resets the offsets of offset mode.
+// processed again, shows and resets the offsets of offset mode, and serves the
+// operator's page (package inboxui) on a loopback address.
 //
 //	inbox purge  --dsn DSN --older-than 720h [--table inbox] [--schema S] [--batch 10000] [--min-retention 168h] [--force] [--dry-run] [--json|--quiet]
 //	inbox schema postgres|mysql|sqlite [--table inbox]
@@ -8,6 +9,7 @@
 //	inbox forget --dsn DSN --consumer C --key K [--table inbox] [--schema S] [--dry-run]
 //	inbox offsets show  --dsn DSN [--consumer C] [--table inbox] [--json]
 //	inbox offsets reset --dsn DSN --consumer C --topic T --partition P --to OFFSET [--table inbox] [--brokers B] [--dry-run] [--force]
+//	inbox ui     --dsn DSN [--table inbox] [--schema S] [--addr 127.0.0.1:8080] [--user inbox]
 //
 // Every command that writes takes --dry-run, which says what it would change and changes
 // nothing. The offsets live in <table>_offsets: --table names the inbox table, and an
@@ -61,6 +63,7 @@ Usage:
   inbox forget --dsn DSN --consumer C --key K [--table inbox] [--schema S] [--dry-run]
   inbox offsets show  --dsn DSN [--consumer C] [--table inbox] [--json]
   inbox offsets reset --dsn DSN --consumer C --topic T --partition P --to OFFSET [--table inbox] [--brokers B] [--dry-run] [--force]
+  inbox ui     --dsn DSN [--table inbox] [--schema S] [--addr 127.0.0.1:8080] [--user inbox]
 
 With a database, schema or key prefix per tenant, --tenants FILE replaces --dsn (and
 forget takes --tenant NAME): one "TENANT DSN [SCHEMA]" per line of FILE ("-": stdin).
@@ -102,6 +105,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		"stats":   statsCmd,
 		"forget":  forgetCmd,
 		"offsets": offsetsCmd,
+		"ui":      uiCmd,
 	}
 	name := args[0]
 	switch name {
@@ -111,7 +115,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	cmd, ok := commands[name]
 	if !ok {
-		fmt.Fprintf(stderr, "inbox: unknown command %q: use purge, schema, stats, forget or offsets (inbox --help)\n", name)
+		fmt.Fprintf(stderr, "inbox: unknown command %q: use purge, schema, stats, forget, offsets or ui (inbox --help)\n", name)
 		return exitUsage
 	}
 	err := cmd(ctx, args[1:], stdout, stderr)

@@ -7,7 +7,7 @@ import (
 // BatchStore is the optional interface of a Store that claims the keys of many messages
 // of one consumer at once, in one transaction: Inbox.ProcessBatch needs it. A store
 // implements it when its database lets it claim a batch in fewer round trips than a
-// claim per message; the stores of this package, sqlitestore and redisstore do. As
+// claim per message; postgresstore, mysqlstore, sqlitestore and redisstore do. As
 // io.WriterTo to io.Writer, it is found with a type assertion, so the core Store stays
 // small.
 //

@@ -9,9 +9,9 @@ import (
 // The middleware is the same for every store: what differs between databases lives
 // behind this interface. It is the contract between the inbox and its stores, for those
 // who write a store: the inbox calls these methods, and an application calls only a
-// store's constructor, CreateSchema, Forget and Stats (and Purge, PurgeEvery). The stores in this package are PostgresStore (pgx),
-// SQLPostgresStore and MySQLStore (database/sql); the conformance suite in this module's
-// tests is the contract's executable form.
+// store's constructor, CreateSchema, Forget and Stats (and Purge, PurgeEvery). The stores are postgresstore, mysqlstore,
+// sqlitestore and redisstore; the conformance suite in the root's tests is the
+// contract's executable form.
 type Store interface {
 	// Claim begins a transaction and inserts rec's key in it, before the handler runs.
 	//
@@ -83,6 +83,13 @@ type Record struct {
 	// pos is, in offset mode, the message's position, which the inbox claims in its
 	// partition's row instead of the key (Key is then pos.String()).
 	Position *Position
+
+	// Tenant is the tenant the key was claimed in (the call's TenantFromContext), in the
+	// claim a handler gets (ClaimFromContext): the same key in two tenants is two
+	// messages. A store never sees it: the inbox leaves it empty in the records it
+	// passes to stores, which stay unaware of tenants (a TenantStore routes by the
+	// context).
+	Tenant string
 }
 
 // Claim is the verdict of Store.Claim.

@@ -1,6 +1,6 @@
 // Package contract is what the inbox and its stores agree on: the Store interface and
-// its optional abilities (BatchStore, OffsetStore, AttemptCounter, ConsumerNeighbours,
-// AttemptChecker, StoredReader), the values they exchange (Record, Claim, Tx...), the
+// its optional abilities (BatchStore, OffsetStore, AttemptCounter, AttemptLister,
+// ConsumerNeighbours, AttemptChecker, StoredReader), the values they exchange (Record, Claim, Tx...), the
 // errors a store returns for the inbox to classify (ErrContended, ErrNoTable...), the
 // transaction a context carries, and the few helpers every store needs (StorableKey,
 // the "inbox: " error chain).

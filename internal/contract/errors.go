@@ -43,10 +43,10 @@ var ErrAttemptsNeedConn = errors.New("attempt counting needs a connection of its
 // handler produces less, or the limit is raised. Permanent.
 var ErrOutputTooLarge = errors.New("produced messages too large to store with the key")
 
-// prefix starts every error this package makes, once.
+// Prefix starts every error of the inbox and its stores, once.
 const Prefix = "inbox: "
 
-// chainError is an error of this package whose text says "inbox: " once, however many
+// chainError is an error of the inbox's whose text says "inbox: " once, however many
 // of the package's errors it wraps: wrap and join drop the prefix of what they wrap.
 type chainError struct {
 	msg  string
@@ -57,11 +57,11 @@ func (e *chainError) Error() string { return e.msg }
 
 func (e *chainError) Unwrap() []error { return e.errs }
 
-// Chain returns an error of this package whose text is "inbox: " and msg, and that
+// Chain returns an error of the inbox's whose text is "inbox: " and msg, and that
 // wraps errs.
 func Chain(msg string, errs ...error) error { return &chainError{msg: Prefix + msg, errs: errs} }
 
-// Bare returns err's text without this package's prefix.
+// Bare returns err's text without the inbox's prefix.
 func Bare(err error) string { return strings.TrimPrefix(err.Error(), Prefix) }
 
 // Wrap returns "inbox: <what>: <err>", err's own prefix dropped. It wraps err.

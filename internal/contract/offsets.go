@@ -42,7 +42,7 @@ func (p Position) String() string {
 // OffsetStore is the optional interface of a Store that keeps offset mode's positions:
 // per consumer, topic and partition, the offset of the next record to process, moved
 // forward in the handler's transaction. Config.Position and Inbox.ProcessOffsets need
-// it; the SQL stores of this package (MySQLStore except on MySQLVitess) and sqlitestore
+// it; the SQL stores (mysqlstore except on Vitess)
 // implement it. It is found with a type assertion, as BatchStore is.
 type OffsetStore interface {
 	Store

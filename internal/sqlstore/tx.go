@@ -9,7 +9,7 @@ import (
 	"github.com/watermill-inbox/inbox/internal/contract"
 )
 
-// DB is what the database/sql stores (SQLPostgresStore, MySQLStore) need of a
+// DB is what the database/sql stores (postgresstore.SQLStore, mysqlstore, sqlitestore) need of a
 // database. *sql.DB satisfies it, and so does *sql.Conn (which serves one message at a
 // time).
 type DB interface {
