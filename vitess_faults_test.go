@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -109,6 +110,7 @@ func mysqldPid(t *testing.T, pidFile string, last int) int {
 }
 
 func midCommitKill(t *testing.T, pidFile, mode string, colocate bool) {
+	testStart := time.Now()
 	ctx := context.Background()
 	dsn := withDSNParams(t, os.Getenv("INBOX_VITESS_DSN"), map[string]string{"transaction_mode": "'" + mode + "'"})
 	db := openSQL(t, "mysql", dsn, "Vitess", "INBOX_VITESS_DSN")
@@ -174,10 +176,11 @@ func midCommitKill(t *testing.T, pidFile, mode string, colocate bool) {
 	nonAtomicBefore := nonAtomicCommits(t)
 	unresolvedBefore := unresolvedTransactions(t, db)
 	var (
-		mu       sync.Mutex
-		ekeys    = map[string]string{}
-		failures atomic.Int64
-		stop     atomic.Bool
+		mu         sync.Mutex
+		ekeys      = map[string]string{}
+		failures   atomic.Int64
+		stop       atomic.Bool
+		errorKinds errorCounts
 	)
 	queue := make(chan string, 1024)
 	var pending sync.WaitGroup
@@ -206,6 +209,7 @@ func midCommitKill(t *testing.T, pidFile, mode string, colocate bool) {
 				mu.Unlock()
 				if _, err := process(key, e); err != nil {
 					failures.Add(1)
+					errorKinds.add(err)
 					go func() { // redelivered a moment later
 						time.Sleep(300 * time.Millisecond)
 						queue <- key
@@ -216,11 +220,20 @@ func midCommitKill(t *testing.T, pidFile, mode string, colocate bool) {
 			}
 		}()
 	}
-	start := time.Now()
+	// phases records how long each part of the run took, for the PHASES line: where a
+	// slow run spends its time.
+	var phases []string
+	phase := func(name string, since time.Time) {
+		phases = append(phases, fmt.Sprintf("%s %.1fs", name, time.Since(since).Seconds()))
+	}
+	phase("setup", testStart)
 	killed, pid := 0, 0
-	for range kills {
+	for k := range kills {
 		// Once both shards commit again, let commits flow a moment, then kill.
+		began := time.Now()
 		pid = mysqldPid(t, pidFile, pid)
+		phase(fmt.Sprintf("kill %d: mysqld up", k+1), began)
+		began = time.Now()
 		for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 			var n int
 			if db.QueryRow("SELECT COUNT(*) FROM "+effects).Scan(&n) == nil {
@@ -228,19 +241,20 @@ func midCommitKill(t *testing.T, pidFile, mode string, colocate bool) {
 			}
 			require.True(t, time.Now().Before(deadline), "vtgate does not reach both shards after a restart")
 		}
+		phase("both shards answer", began)
 		// Two seconds for the tablets to redo the prepared transactions the last kill
 		// interrupted, then commits flow for up to a second more.
 		time.Sleep(time.Duration(2000+rand.IntN(1000)) * time.Millisecond)
 		require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
 		killed++
 	}
+	began := time.Now()
 	stop.Store(true)
-	killing := time.Since(start)
 	<-produced
 	pending.Wait()
 	close(queue)
 	wg.Wait()
-	draining := time.Since(start) - killing
+	phase("every message processed once", began)
 
 	// Every message once more: each must be a duplicate now.
 	mu.Lock()
@@ -249,6 +263,7 @@ func midCommitKill(t *testing.T, pidFile, mode string, colocate bool) {
 		keys = append(keys, k)
 	}
 	mu.Unlock()
+	began = time.Now()
 	reapplied := 0
 	for _, key := range keys {
 		for try := 0; ; try++ {
@@ -264,11 +279,11 @@ func midCommitKill(t *testing.T, pidFile, mode string, colocate bool) {
 		}
 	}
 
-	redelivering := time.Since(start) - killing - draining
-
 	// Prepared transactions the kills interrupted are resolved by vtgate; wait for them.
 	// (Ones left by an earlier run whose tables are gone never resolve: not counted.)
 	// One that stays as it is for 15 s (the tablets retry every 2 s) is stuck.
+	phase("redelivered", began)
+	began = time.Now()
 	unresolved, stableSince := -1, time.Now()
 	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
 		n := 0
@@ -284,8 +299,8 @@ func midCommitKill(t *testing.T, pidFile, mode string, colocate bool) {
 			break
 		}
 	}
+	phase("unresolved transactions settled", began)
 	nonAtomic := nonAtomicCommits(t) - nonAtomicBefore
-	resolving := time.Since(start) - killing - draining - redelivering
 
 	counts := map[string]int{}
 	rows, err := db.Query("SELECT msg_key, COUNT(*) FROM " + effects + " GROUP BY msg_key")
@@ -306,9 +321,9 @@ func midCommitKill(t *testing.T, pidFile, mode string, colocate bool) {
 			doubled++
 		}
 	}
-	t.Logf("FIGURES vitess %s: %d messages, %d mysqld kills, %d failed deliveries redelivered, %d applied again on the last redelivery, %d lost, %d doubled, %d unresolved at the end, %d commits vtgate counted as non-atomic; %v killing, %v draining, %v redelivering, %v resolving",
-		mode, len(keys), killed, failures.Load(), reapplied, lost, doubled, unresolved, nonAtomic,
-		killing.Round(time.Second), draining.Round(time.Second), redelivering.Round(time.Second), resolving.Round(time.Second))
+	t.Logf("FIGURES vitess %s: %d messages, %d mysqld kills, %d failed deliveries redelivered, %d applied again on the last redelivery, %d lost, %d doubled, %d unresolved at the end, %d commits vtgate counted as non-atomic",
+		mode, len(keys), killed, failures.Load(), reapplied, lost, doubled, unresolved, nonAtomic)
+	t.Logf("PHASES vitess %s: %s; failed deliveries by error: %s", mode, strings.Join(phases, ", "), errorKinds.top(4))
 	require.Positive(t, failures.Load(), "the kills interrupted deliveries")
 	require.Zero(t, reapplied, "every redelivery is a duplicate")
 	switch mode {
@@ -364,4 +379,44 @@ func nonAtomicCommits(t *testing.T) int {
 	var vars struct{ VtGateWarnings map[string]int }
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&vars))
 	return vars.VtGateWarnings["NonAtomicCommit"]
+}
+
+// errorCounts counts errors by kind: the message with its digits blanked, cut short.
+type errorCounts struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *errorCounts) add(err error) {
+	kind := strings.Map(func(r rune) rune {
+		if r >= '0' && r <= '9' {
+			return '#'
+		}
+		return r
+	}, err.Error())
+	if len(kind) > 120 {
+		kind = kind[:120]
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = map[string]int{}
+	}
+	c.n[kind]++
+}
+
+// top returns the n most frequent kinds with their counts.
+func (c *errorCounts) top(n int) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	kinds := make([]string, 0, len(c.n))
+	for k := range c.n {
+		kinds = append(kinds, k)
+	}
+	sort.Slice(kinds, func(i, j int) bool { return c.n[kinds[i]] > c.n[kinds[j]] })
+	var out []string
+	for _, k := range kinds[:min(n, len(kinds))] {
+		out = append(out, fmt.Sprintf("%d× %q", c.n[k], k))
+	}
+	return strings.Join(out, "; ")
 }

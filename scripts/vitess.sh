@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # scripts/vitess.sh - Vitess (vttestserver: one vtcombo + one mysqld, 2 shards) for tests.
 #
+#   scripts/vitess.sh download fetch the modules of the build (no compile), e.g. while
+#                              another build runs
 #   scripts/vitess.sh build    build vttestserver, vtcombo, mysqlctl from the Go module proxy
 #                              into $VITESS_CACHE (skipped when cached)
 #   scripts/vitess.sh [start]  build if needed, then serve keyspace "inbox" (shards -80, 80-)
@@ -14,15 +16,20 @@
 # sid chroot (MySQL 9.7 server and client): its packages are reused and never written to,
 # and its mysqld on 3307 is not touched. When the mysql-sid chroot is missing it is built
 # (scripts/mysql-sid.sh start; it then runs).
-# Cold build ~5 min on 2 cores (nice 10); warm start ~8 s. Needs root.
+# Cold build ~5 min on 2 idle cores (nice 10); warm start ~8 s. Needs root.
 # If an engine cannot be had it prints one line "vitess: NOT TESTED this run: <reason>" and
-# exits 3.
+# exits 3. scripts/lib.sh holds what this script shares with scripts/tidb.sh.
+#
+# Several servers can run from one build, each on its own VITESS_PORT (it uses the port
+# and the next three) with its own folder ($VITESS_CACHE/run for 15300, run-<port> for
+# another): .ci/run gives the mysqld-kill test one of its own.
 #
 # Env: VITESS_CACHE (/var/cache/inbox-distsql/vitess-v0.24.4), VITESS_PORT (15300: vtgate
 #      MySQL on 15303), VITESS_TIMEOUT (build, 2400 s), MYSQL_SID_ROOT (the mysql-sid cache).
 set -uo pipefail
 
 VERSION=v0.24.4
+ENGINE=vitess
 CACHE=${VITESS_CACHE:-/var/cache/inbox-distsql/vitess-$VERSION}
 PORT=${VITESS_PORT:-15300}
 MYSQL_PORT=$((PORT + 3))
@@ -31,21 +38,21 @@ SID=${MYSQL_SID_ROOT:-/var/cache/inbox-mysql-sid}
 LOG=$CACHE/build.log
 BIN=$CACHE/bin
 RUN=$CACHE/run        # overlay upper/work/merged, data dir, pid, log
+[[ $PORT == 15300 ]] || RUN=$CACHE/run-$PORT
 PIDFILE=$RUN/vttestserver.pid
 SELF=$(readlink -f "${BASH_SOURCE[0]}")
 HERE=$(dirname "$SELF")
-
-not_tested() {
-	echo "vitess: NOT TESTED this run: $*"
-	exit 3
-}
+COLD_HINT="cold ~5 min on 2 idle cores"
+# shellcheck source=scripts/lib.sh
+. "$HERE/lib.sh"
 
 built() { [[ -x $BIN/vttestserver && -x $BIN/mysqlctl && -f $CACHE/built.ok && ( -x $BIN/vtcombo.real || -x $BIN/vtcombo ) ]]; }
 
-do_build() {
-	set -e
+# src: the module that requires Vitess and imports the three commands, in $CACHE/src,
+# with its dependencies downloaded.
+src() {
 	local src=$CACHE/src
-	mkdir -p "$src" "$BIN"
+	mkdir -p "$src"
 	cd "$src"
 	cat >go.mod <<GOMOD
 module inboxvitess
@@ -69,10 +76,16 @@ import (
 )
 GO
 	GOFLAGS=-mod=mod GOWORK=off go mod tidy -e
+}
+
+do_build() {
+	set -e
+	src
+	mkdir -p "$BIN"
 	# One build of the three commands, so that their shared packages compile once.
 	rm -rf "$BIN.tmp"
 	mkdir -p "$BIN.tmp"
-	CGO_ENABLED=0 GOWORK=off GOFLAGS=-mod=mod nice -n 10 go build -trimpath -o "$BIN.tmp/" \
+	go_build_engine -o "$BIN.tmp/" \
 		vitess.io/vitess/go/cmd/vttestserver vitess.io/vitess/go/cmd/vtcombo vitess.io/vitess/go/cmd/mysqlctl
 	rm -f "$BIN/vtcombo.real"
 	mv -f "$BIN.tmp"/* "$BIN/"
@@ -108,48 +121,16 @@ SH
 }
 
 build() {
-	if built; then
-		vtcombo_wrapper
-		echo "vitess: $VERSION cached in $CACHE"
-		return 0
-	fi
-	command -v go >/dev/null || not_tested "go not in PATH"
-	mkdir -p "$CACHE" || not_tested "cannot create $CACHE"
-	exec 8>"$CACHE/.build.lock"
-	flock -w "$TIMEOUT" 8 || not_tested "another build holds $CACHE/.build.lock"
-	if built; then
-		echo "vitess: $VERSION cached in $CACHE"
-		return 0
-	fi
-	echo "vitess: building $VERSION into $CACHE (cold ~5 min on 2 cores; log $LOG)" >&2
-	local t0=$SECONDS
-	if ! (timeout -k 10 "$TIMEOUT" bash "$SELF" __build) >>"$LOG" 2>&1; then
-		not_tested "build of vitess.io/vitess $VERSION failed or timed out (log: $LOG)"
-	fi
-	echo "vitess: built in $((SECONDS - t0)) s"
+	build_cached "vitess.io/vitess $VERSION" || exit
+	# The wrapper's flags are this script's, not the cached build's: write them each time.
+	vtcombo_wrapper
 }
 
-# answers: vtgate answers a query on its MySQL port (with the host's client, else the chroot's).
-answers() {
-	local sql=${1:-select 1}
-	if command -v mariadb >/dev/null 2>&1; then
-		mariadb --protocol=tcp -h127.0.0.1 -P"$MYSQL_PORT" -uroot --connect-timeout=2 -Nse "$sql" </dev/null 2>/dev/null
-	elif command -v mysql >/dev/null 2>&1; then
-		mysql --protocol=tcp -h127.0.0.1 -P"$MYSQL_PORT" -uroot --connect-timeout=2 -Nse "$sql" </dev/null 2>/dev/null
-	else
-		(exec 3<>"/dev/tcp/127.0.0.1/$MYSQL_PORT") 2>/dev/null
-	fi
-}
+# vtgate_answers [SQL]: vtgate answers a query on its MySQL port.
+vtgate_answers() { answers "$MYSQL_PORT" "$@"; }
 
-# pid of the vttestserver this script started, if it still runs.
-running_pid() {
-	local pid
-	[[ -s $PIDFILE ]] || return 1
-	pid=$(<"$PIDFILE")
-	[[ $pid =~ ^[0-9]+$ && $(cat "/proc/$pid/comm" 2>/dev/null) == vttestserver ]] || return 1
-	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "--port $PORT " || return 1
-	echo "$pid"
-}
+# our_pid: the vttestserver this script started, if it still runs.
+our_pid() { running_pid "$PIDFILE" vttestserver "--port $PORT "; }
 
 # __serve: runs in a private mount namespace (unshare -m): mounts the overlay chroot and
 # execs vttestserver in it as the user vitess. Nothing is mounted in the host's namespace.
@@ -174,7 +155,7 @@ serve() {
 }
 
 start() {
-	if answers >/dev/null; then
+	if vtgate_answers >/dev/null; then
 		echo "vitess: up (vtgate 127.0.0.1:$MYSQL_PORT)"
 		return 0
 	fi
@@ -189,7 +170,7 @@ start() {
 	mkdir -p "$RUN"
 	exec 9>"$RUN/.lock"
 	flock -w 60 9 || not_tested "another vitess.sh holds $RUN/.lock"
-	if running_pid >/dev/null; then
+	if our_pid >/dev/null; then
 		stop >/dev/null
 	fi
 	# The overlay's upper layer: a user vitess (mysqlctl refuses root), localhost, a fresh
@@ -215,52 +196,33 @@ JSON
 	# which a mysqld crash cannot lose (an OS crash could; production runs 1).
 	printf '[mysqld]\ninnodb_flush_log_at_trx_commit = 2\n' >"$RUN/data/durable.cnf"
 	chown -R 15300:15300 "$RUN/data"
-	local log=$RUN/vttestserver.log pid end
+	local log=$RUN/vttestserver.log pid
 	setsid unshare -m --propagation private bash "$SELF" __serve </dev/null >"$log" 2>&1 9>&- &
 	pid=$!
 	echo "$pid" >"$PIDFILE"
-	end=$((SECONDS + 120))
-	until answers >/dev/null; do
-		if ! kill -0 "$pid" 2>/dev/null; then
-			tail -n 20 "$log" >&2
-			not_tested "vttestserver exited at start (log: $log)"
-		fi
-		if ((SECONDS >= end)); then
-			kill -INT "$pid" 2>/dev/null || true
-			not_tested "vtgate did not answer on 127.0.0.1:$MYSQL_PORT within 120 s (log: $log)"
-		fi
-		sleep 0.5
-	done
+	wait_answers "$pid" "$MYSQL_PORT" 120 "$log" INT
 	echo "vitess: up (vtgate 127.0.0.1:$MYSQL_PORT, keyspace inbox, shards -80 80-)"
 }
 
 stop() {
-	local pid end
-	if ! pid=$(running_pid); then
+	local pid
+	if ! pid=$(our_pid); then
 		echo "vitess: not running"
 		return 0
 	fi
 	# SIGINT: vttestserver tears down vtcombo and mysqld (mysqladmin shutdown). SIGTERM
 	# would leave both running.
-	kill -INT "$pid"
-	end=$((SECONDS + 60))
-	while kill -0 "$pid" 2>/dev/null; do
-		if ((SECONDS >= end)); then
-			echo "vitess: vttestserver $pid did not stop within 60 s; killing it" >&2
-			kill -KILL "$pid" 2>/dev/null || true
-			break
-		fi
-		sleep 0.25
-	done
+	stop_pid "$pid" INT 60
 	rm -f "$PIDFILE"
 	echo "vitess: stopped"
 }
 
 status() {
-	if answers >/dev/null; then echo "vitess: up (vtgate 127.0.0.1:$MYSQL_PORT)"; else echo "vitess: down"; return 1; fi
+	if vtgate_answers >/dev/null; then echo "vitess: up (vtgate 127.0.0.1:$MYSQL_PORT)"; else echo "vitess: down"; return 1; fi
 }
 
 case "${1:-start}" in
+download) built || (mkdir -p "$CACHE" && src) >>"$LOG" 2>&1 ;;
 build) build ;;
 __build) do_build ;;
 __serve) serve ;;
@@ -268,7 +230,7 @@ start) start ;;
 stop) stop ;;
 status) status ;;
 *)
-	echo "usage: $0 [build|start|stop|status]" >&2
+	echo "usage: $0 [download|build|start|stop|status]" >&2
 	exit 2
 	;;
 esac
