@@ -23,6 +23,7 @@ import (
 	"github.com/watermill-inbox/inbox"
 	"github.com/watermill-inbox/inbox/inboxhttp"
 	"github.com/watermill-inbox/inbox/inboxtest"
+	"github.com/watermill-inbox/inbox/inboxui"
 	"github.com/watermill-inbox/inbox/natskey"
 	"github.com/watermill-inbox/inbox/outbox"
 	"github.com/watermill-inbox/inbox/redisstore"
@@ -38,7 +39,8 @@ var sentinels = map[string]error{
 	"inbox.ErrOutputTooLarge": inbox.ErrOutputTooLarge, "inbox.ErrNoTenant": inbox.ErrNoTenant, "inbox.ErrUnknownTenant": inbox.ErrUnknownTenant,
 	"inbox.ErrStatementCache": inbox.ErrStatementCache, "inbox.ErrOffsetRewound": inbox.ErrOffsetRewound, "inbox.ErrNotInOrder": inbox.ErrNotInOrder,
 	"inbox.ErrAttemptsBehindPooler": inbox.ErrAttemptsBehindPooler, "inbox.ErrMixedTenants": inbox.ErrMixedTenants,
-	"redisstore.ErrLeaseLost": redisstore.ErrLeaseLost, "redisstore.ErrCrossSlot": redisstore.ErrCrossSlot,
+	"inbox.ErrPurgeTurnBehindPooler": inbox.ErrPurgeTurnBehindPooler,
+	"redisstore.ErrLeaseLost":        redisstore.ErrLeaseLost, "redisstore.ErrCrossSlot": redisstore.ErrCrossSlot,
 	"redisstore.ErrCommandRefused": redisstore.ErrCommandRefused, "redisstore.ErrCommandFailed": redisstore.ErrCommandFailed,
 	"redisstore.ErrNotReplicated": redisstore.ErrNotReplicated, "redisstore.ErrUnreachable": redisstore.ErrUnreachable,
 	"redisstore.ErrNoJoin":          redisstore.ErrNoJoin,
@@ -49,6 +51,7 @@ var sentinels = map[string]error{
 	"inboxtest.ErrPublishFailed":    inboxtest.ErrPublishFailed,
 	"inboxtest.ErrEscaped":          inboxtest.ErrEscaped,
 	"inboxtest.ErrNotApplied":       inboxtest.ErrNotApplied,
+	"inboxui.ErrNoCredentials":      inboxui.ErrNoCredentials,
 }
 
 // TestErrorTable: docs/errors.md has a row for every exported error of the module's
