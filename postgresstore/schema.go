@@ -2,6 +2,8 @@ package postgresstore
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -50,16 +52,68 @@ func searchPathSQL(schema string) string {
 		`' ELSE '` + s + `, ' || current_setting('search_path') END, true)`
 }
 
-// postgresDDL returns the DDL that creates the tables in schema (created if missing),
-// or where the search_path puts them when schema is empty. With a schema it is one
-// transaction whose search_path is that schema, so the index lands beside its table.
-func postgresDDL(schema, table string) (string, error) {
+// Creating the tables is safe for any number of replicas starting together (ADR 133):
+// CreateSchema runs in one READ COMMITTED transaction that first takes a transaction
+// advisory lock (pg_advisory_xact_lock) keyed by the schema the tables go in, then runs
+// the DDL. A second creator waits on the lock until the first commits, and its
+// CREATE … IF NOT EXISTS then finds the tables: no duplicate in pg_type, no "already
+// exists". A transaction lock, unlike a session one, is released by the commit, so it
+// works behind a pooler in transaction mode (PgBouncer) and is never left behind on a
+// pooled connection. The key is the schema's, not the table's, so that two tables
+// created together in a new schema do not race on CREATE SCHEMA either.
+
+// schemaLockSQL takes the creation lock: $1 is the config's schema, or "" for the
+// session's current schema (where the search_path puts the tables).
+const schemaLockSQL = `SELECT pg_advisory_xact_lock(hashtextextended('inbox.schema.' || COALESCE(NULLIF($1::text, ''), current_schema(), ''), 0))`
+
+// oldAttemptsSQL tells whether the attempts table $1 (a quoted name) has the layout of
+// before migration 000002 (a counter per key), which CreateSchema drops: its rows are
+// transient, and dropping them only forgets the crashes of messages yet to come back.
+const oldAttemptsSQL = `SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'started' AND NOT attisdropped)`
+
+// schemaSteps returns the statements CreateSchema runs after the lock, in order: the
+// schema and the search_path of the transaction when there is one, then the DDL.
+func schemaSteps(schema, table string) ([]string, error) {
 	ddl, err := Schema(table)
 	if err != nil || schema == "" {
-		return ddl, err
+		return []string{ddl}, err
 	}
 	s := pgx.Identifier{schema}.Sanitize()
-	return "BEGIN;\nCREATE SCHEMA IF NOT EXISTS " + s + ";\nSET LOCAL search_path TO " + s + ";\n" + ddl + "\nCOMMIT;\n", nil
+	return []string{"CREATE SCHEMA IF NOT EXISTS " + s, "SET LOCAL search_path TO " + s, ddl}, nil
+}
+
+// pgSchemaTx is what CreateSchema needs of its transaction, pgx's or database/sql's.
+type pgSchemaTx struct {
+	exec     func(query string, args ...any) error
+	queryRow func(query string, args ...any) (bool, error)
+}
+
+// createSchemaIn runs the DDL of the config's tables in tx, under the creation lock.
+func createSchemaIn(tx pgSchemaTx, schema, table string) error {
+	steps, err := schemaSteps(schema, table)
+	if err != nil {
+		return err
+	}
+	if err := tx.exec(schemaLockSQL, schema); err != nil {
+		return fmt.Errorf("taking the schema creation lock (pg_advisory_xact_lock): %w", err)
+	}
+	// The old attempts table is dropped under the lock, after the schema exists.
+	for _, q := range steps[:len(steps)-1] {
+		if err := tx.exec(q); err != nil {
+			return err
+		}
+	}
+	attempts := pgName(schema, table+"_attempts")
+	old, err := tx.queryRow(oldAttemptsSQL, attempts)
+	if err != nil {
+		return fmt.Errorf("reading the attempts table's columns: %w", err)
+	}
+	if old {
+		if err := tx.exec("DROP TABLE " + attempts); err != nil {
+			return fmt.Errorf("dropping the attempts table of before migration 000002: %w", err)
+		}
+	}
+	return tx.exec(steps[len(steps)-1])
 }
 
 // Schema returns the PostgreSQL DDL (schema/postgres.sql) for an inbox table
@@ -72,22 +126,41 @@ func Schema(table string) (string, error) {
 }
 
 // CreateSchema creates the store's tables and index if they do not exist, with the DDL of
-// schema/postgres.sql, for users who do not run a migration tool.
+// schema/postgres.sql, for users who do not run a migration tool. Any number of
+// processes may call it at once (see the notes above schemaLockSQL).
 func (s *SQLStore) CreateSchema(ctx context.Context) error {
-	ddl, err := postgresDDL(s.cfg.Schema, s.cfg.Table)
+	if _, err := Schema(s.cfg.Table); err != nil {
+		return err
+	}
+	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
-		return err
+		return fmt.Errorf("inbox: creating the schema: beginning: %w", err)
 	}
-	if err := sqlstore.DropOldAttempts(pgName(s.cfg.Schema, s.cfg.Table+"_attempts"), func(q string) error {
-		_, err := s.db.ExecContext(ctx, q)
-		return err
-	}); err != nil {
-		return err
+	err = createSchemaIn(pgSchemaTx{
+		exec: func(q string, args ...any) error {
+			_, err := tx.ExecContext(ctx, q, args...)
+			return err
+		},
+		queryRow: func(q string, args ...any) (b bool, err error) {
+			err = tx.QueryRowContext(ctx, q, args...).Scan(&b)
+			return b, err
+		},
+	}, s.cfg.Schema, s.cfg.Table)
+	if err == nil {
+		err = tx.Commit()
 	}
-	if _, err := s.db.ExecContext(ctx, ddl); err != nil {
-		return fmt.Errorf("inbox: creating the schema: %w", err)
+	if err != nil {
+		return errors.Join(fmt.Errorf("inbox: creating the schema: %w", err), ignoreDone(tx.Rollback()))
 	}
 	return nil
+}
+
+// ignoreDone drops the error of a rollback after a commit or a failed commit.
+func ignoreDone(err error) error {
+	if errors.Is(err, sql.ErrTxDone) || errors.Is(err, pgx.ErrTxClosed) {
+		return nil
+	}
+	return err
 }
 
 // Verify implements Store, for the inbox (not for you). It also fails, with
@@ -109,20 +182,31 @@ func (s *SQLStore) Verify(ctx context.Context) error {
 }
 
 // CreateSchema creates the store's tables and index if they do not exist, with the DDL of
-// schema/postgres.sql, for users who do not run a migration tool.
+// schema/postgres.sql, for users who do not run a migration tool. Any number of
+// processes may call it at once (see the notes above schemaLockSQL).
 func (s *Store) CreateSchema(ctx context.Context) error {
-	ddl, err := postgresDDL(s.cfg.Schema, s.cfg.Table)
+	if _, err := Schema(s.cfg.Table); err != nil {
+		return err
+	}
+	tx, err := s.db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
-		return err
+		return fmt.Errorf("inbox: creating the schema: beginning: %w", err)
 	}
-	if err := sqlstore.DropOldAttempts(pgName(s.cfg.Schema, s.cfg.Table+"_attempts"), func(q string) error {
-		_, err := s.db.Exec(ctx, q)
-		return err
-	}); err != nil {
-		return err
+	err = createSchemaIn(pgSchemaTx{
+		exec: func(q string, args ...any) error {
+			_, err := tx.Exec(ctx, q, args...)
+			return err
+		},
+		queryRow: func(q string, args ...any) (b bool, err error) {
+			err = tx.QueryRow(ctx, q, args...).Scan(&b)
+			return b, err
+		},
+	}, s.cfg.Schema, s.cfg.Table)
+	if err == nil {
+		err = tx.Commit(ctx)
 	}
-	if _, err := s.db.Exec(ctx, ddl); err != nil {
-		return fmt.Errorf("inbox: creating the schema: %w", err)
+	if err != nil {
+		return errors.Join(fmt.Errorf("inbox: creating the schema: %w", err), ignoreDone(tx.Rollback(context.WithoutCancel(ctx))))
 	}
 	return nil
 }
