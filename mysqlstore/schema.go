@@ -150,7 +150,8 @@ func Schema(table string) (string, error) {
 
 // Creating the tables is safe for any number of replicas starting together (ADR 133):
 // CreateSchema runs on one connection that first takes a named lock (GET_LOCK)
-// "inbox.schema.<database>.<table>", or its hash when that is longer than the 64
+// "inbox.schema.<database>.<table>" (on Vitess "inbox.schema.<keyspace>.", as ALTER
+// VSCHEMA rewrites the keyspace's whole VSchema), or its hash when that is longer than the 64
 // characters MySQL allows, and releases it when done. MySQL, MariaDB and TiDB serve
 // GET_LOCK themselves; vtgate keeps it in a lock session of the client's session, so
 // that the VSchema entries (ALTER VSCHEMA) are added by one creator at a time as well.
@@ -217,7 +218,11 @@ func (s *Store) lockSchema(ctx context.Context) (conn sqlstore.DB, release func(
 	var database sql.NullString
 	var got sql.NullInt64
 	err = conn.QueryRowContext(ctx, "SELECT DATABASE()").Scan(&database)
-	name := schemaLockName(database.String, s.cfg.Table)
+	locked := s.cfg.Table
+	if s.cfg.Engine == Vitess {
+		locked = "" // ALTER VSCHEMA rewrites the keyspace's whole VSchema: one creator per keyspace
+	}
+	name := schemaLockName(database.String, locked)
 	if err == nil { // Vitess serves lock functions in a SELECT of their own only
 		err = conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, ?)", name, schemaLockWait).Scan(&got)
 	}
