@@ -18,7 +18,7 @@ import (
 // flavours that run on one), none of which created the tables yet.
 
 // inboxTables are the suffixes of the tables a store's CreateSchema creates.
-var inboxTables = []string{"", "_attempts", "_offsets"}
+var inboxTables = []string{"", "_attempts", "_offsets", "_schema"}
 
 // pgDropTables drops table's tables (in schema, unless empty) when the test ends.
 func pgDropTables(t testing.TB, schema, table string) {

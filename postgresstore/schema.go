@@ -66,54 +66,82 @@ func searchPathSQL(schema string) string {
 // session's current schema (where the search_path puts the tables).
 const schemaLockSQL = `SELECT pg_advisory_xact_lock(hashtextextended('inbox.schema.' || COALESCE(NULLIF($1::text, ''), current_schema(), ''), 0))`
 
-// oldAttemptsSQL tells whether the attempts table $1 (a quoted name) has the layout of
-// before migration 000002 (a counter per key), which CreateSchema drops: its rows are
-// transient, and dropping them only forgets the crashes of messages yet to come back.
-const oldAttemptsSQL = `SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'started' AND NOT attisdropped)`
-
 // schemaSteps returns the statements CreateSchema runs after the lock, in order: the
 // schema and the search_path of the transaction when there is one, then the DDL.
-func schemaSteps(schema, table string) ([]string, error) {
+func schemaSteps(pgSchema, table string) ([]string, error) {
 	ddl, err := Schema(table)
-	if err != nil || schema == "" {
+	if err != nil || pgSchema == "" {
 		return []string{ddl}, err
 	}
-	s := pgx.Identifier{schema}.Sanitize()
+	s := pgx.Identifier{pgSchema}.Sanitize()
 	return []string{"CREATE SCHEMA IF NOT EXISTS " + s, "SET LOCAL search_path TO " + s, ddl}, nil
 }
 
-// pgSchemaTx is what CreateSchema needs of its transaction, pgx's or database/sql's.
+// pgTablesSQL tells which of the tables $1 (<table>_schema), $2 (the inbox table) and
+// $4 (offsets), quoted names, exist, and whether $3 (attempts) has the layout of before
+// version 2 (a counter per key).
+const pgTablesSQL = `SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL, to_regclass($4) IS NOT NULL,
+	EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($3) AND attname = 'started' AND NOT attisdropped)`
+
+// pgSchemaTx is what CreateSchema and the version's read need of a transaction or a
+// handle, pgx's or database/sql's.
 type pgSchemaTx struct {
 	exec     func(query string, args ...any) error
-	queryRow func(query string, args ...any) (bool, error)
+	queryRow func(query string, args ...any) pgx.Row // Scan, as *sql.Row has it
 }
 
-// createSchemaIn runs the DDL of the config's tables in tx, under the creation lock.
-func createSchemaIn(tx pgSchemaTx, schema, table string) error {
-	steps, err := schemaSteps(schema, table)
+// pgVersion reads the version of the tables (see sqlstore.Version).
+func pgVersion(tx pgSchemaTx, pgSchema, table string) (sqlstore.Version, error) {
+	versions := pgName(pgSchema, table+"_schema")
+	var recorded, inbox, offsets, oldAttempts bool
+	if err := tx.queryRow(pgTablesSQL, versions, pgName(pgSchema, table), pgName(pgSchema, table+"_attempts"), pgName(pgSchema, table+"_offsets")).
+		Scan(&recorded, &inbox, &offsets, &oldAttempts); err != nil {
+		return sqlstore.Version{}, fmt.Errorf("reading the tables' version: %w", err)
+	}
+	if recorded {
+		v := sqlstore.Version{Recorded: true}
+		err := tx.queryRow(`SELECT version, compatible FROM ` + versions + ` ORDER BY version DESC LIMIT 1`).Scan(&v.Have, &v.Compatible)
+		if err == nil {
+			return v, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) && !errors.Is(err, sql.ErrNoRows) {
+			return sqlstore.Version{}, fmt.Errorf("reading the tables' version: %w", err)
+		}
+	}
+	return sqlstore.Recognised(schema.PostgresSteps, inbox, oldAttempts, offsets), nil
+}
+
+// createSchemaIn brings the config's tables to the code's version in tx, under the
+// creation lock: the whole DDL for a fresh database, else the steps the tables lack
+// (version 2 drops the attempts table of version 1: its rows are transient, and
+// dropping them only forgets the crashes of messages yet to come back).
+func createSchemaIn(tx pgSchemaTx, pgSchema, table string) error {
+	steps, err := schemaSteps(pgSchema, table)
 	if err != nil {
 		return err
 	}
-	if err := tx.exec(schemaLockSQL, schema); err != nil {
+	if err := tx.exec(schemaLockSQL, pgSchema); err != nil {
 		return fmt.Errorf("taking the schema creation lock (pg_advisory_xact_lock): %w", err)
 	}
-	// The old attempts table is dropped under the lock, after the schema exists.
-	for _, q := range steps[:len(steps)-1] {
+	for _, q := range steps[:len(steps)-1] { // the schema, the search_path
 		if err := tx.exec(q); err != nil {
 			return err
 		}
 	}
-	attempts := pgName(schema, table+"_attempts")
-	old, err := tx.queryRow(oldAttemptsSQL, attempts)
+	v, err := pgVersion(tx, pgSchema, table)
 	if err != nil {
-		return fmt.Errorf("reading the attempts table's columns: %w", err)
+		return err
 	}
-	if old {
-		if err := tx.exec("DROP TABLE " + attempts); err != nil {
-			return fmt.Errorf("dropping the attempts table of before migration 000002: %w", err)
+	if v.Have == 0 {
+		return tx.exec(steps[len(steps)-1])
+	}
+	seq := schema.PostgresSteps
+	for n := v.Have + 1; n <= seq.Version(); n++ {
+		if err := tx.exec(sqlstore.WithTable(seq.Step(n).Up, `"`, table)); err != nil {
+			return fmt.Errorf("applying version %d (%s): %w", n, seq.Step(n).Name, err)
 		}
 	}
-	return tx.exec(steps[len(steps)-1])
+	return nil
 }
 
 // Schema returns the PostgreSQL DDL (schema/postgres.sql) for an inbox table
@@ -126,8 +154,10 @@ func Schema(table string) (string, error) {
 }
 
 // CreateSchema creates the store's tables and index if they do not exist, with the DDL of
-// schema/postgres.sql, for users who do not run a migration tool. Any number of
-// processes may call it at once (see the notes above schemaLockSQL).
+// schema/postgres.sql, for users who do not run a migration tool, and upgrades tables of
+// an older version with the steps they lack (schema.PostgresSteps), as `inbox migrate
+// up` does. Any number of processes may call it at once (see the notes above
+// schemaLockSQL).
 func (s *SQLStore) CreateSchema(ctx context.Context) error {
 	if _, err := Schema(s.cfg.Table); err != nil {
 		return err
@@ -141,10 +171,7 @@ func (s *SQLStore) CreateSchema(ctx context.Context) error {
 			_, err := tx.ExecContext(ctx, q, args...)
 			return err
 		},
-		queryRow: func(q string, args ...any) (b bool, err error) {
-			err = tx.QueryRowContext(ctx, q, args...).Scan(&b)
-			return b, err
-		},
+		queryRow: func(q string, args ...any) pgx.Row { return tx.QueryRowContext(ctx, q, args...) },
 	}, s.cfg.Schema, s.cfg.Table)
 	if err == nil {
 		err = tx.Commit()
@@ -178,12 +205,41 @@ func (s *SQLStore) Verify(ctx context.Context) error {
 	if err := s.db.QueryRowContext(ctx, s.sql.verify).Scan(&n); err != nil {
 		return s.wrap("checking the tables", err)
 	}
+	return checkPgVersion(s.versionReader(ctx), s.cfg.Schema, s.cfg.Table)
+}
+
+func (s *SQLStore) versionReader(ctx context.Context) pgSchemaTx {
+	return pgSchemaTx{queryRow: func(q string, args ...any) pgx.Row { return s.db.QueryRowContext(ctx, q, args...) }}
+}
+
+// SchemaVersion returns the version of the store's tables (0 when they do not exist;
+// for tables made before versions were recorded, the version their columns match) and
+// the version this code needs. CreateSchema, or `inbox migrate up`, upgrades them.
+func (s *SQLStore) SchemaVersion(ctx context.Context) (have, want int, err error) {
+	v, err := pgVersion(s.versionReader(ctx), s.cfg.Schema, s.cfg.Table)
+	if err != nil {
+		return 0, 0, fmt.Errorf("inbox: %w", err)
+	}
+	return v.Have, schema.PostgresSteps.Version(), nil
+}
+
+// checkPgVersion refuses tables whose version this code does not run on.
+func checkPgVersion(r pgSchemaTx, pgSchema, table string) error {
+	v, err := pgVersion(r, pgSchema, table)
+	if err == nil {
+		err = sqlstore.CheckVersion(schema.PostgresSteps, v, pgName(pgSchema, table), sqlstore.UpgradeCommand(table, pgSchema))
+	}
+	if err != nil {
+		return fmt.Errorf("inbox: checking the tables: %w", err)
+	}
 	return nil
 }
 
 // CreateSchema creates the store's tables and index if they do not exist, with the DDL of
-// schema/postgres.sql, for users who do not run a migration tool. Any number of
-// processes may call it at once (see the notes above schemaLockSQL).
+// schema/postgres.sql, for users who do not run a migration tool, and upgrades tables of
+// an older version with the steps they lack (schema.PostgresSteps), as `inbox migrate
+// up` does. Any number of processes may call it at once (see the notes above
+// schemaLockSQL).
 func (s *Store) CreateSchema(ctx context.Context) error {
 	if _, err := Schema(s.cfg.Table); err != nil {
 		return err
@@ -197,10 +253,7 @@ func (s *Store) CreateSchema(ctx context.Context) error {
 			_, err := tx.Exec(ctx, q, args...)
 			return err
 		},
-		queryRow: func(q string, args ...any) (b bool, err error) {
-			err = tx.QueryRow(ctx, q, args...).Scan(&b)
-			return b, err
-		},
+		queryRow: func(q string, args ...any) pgx.Row { return tx.QueryRow(ctx, q, args...) },
 	}, s.cfg.Schema, s.cfg.Table)
 	if err == nil {
 		err = tx.Commit(ctx)
@@ -222,5 +275,20 @@ func (s *Store) Verify(ctx context.Context) error {
 	if err := s.db.QueryRow(ctx, s.sql.verify).Scan(&n); err != nil {
 		return s.wrap("checking the tables", err)
 	}
-	return nil
+	return checkPgVersion(s.versionReader(ctx), s.cfg.Schema, s.cfg.Table)
+}
+
+func (s *Store) versionReader(ctx context.Context) pgSchemaTx {
+	return pgSchemaTx{queryRow: func(q string, args ...any) pgx.Row { return s.db.QueryRow(ctx, q, args...) }}
+}
+
+// SchemaVersion returns the version of the store's tables (0 when they do not exist;
+// for tables made before versions were recorded, the version their columns match) and
+// the version this code needs. CreateSchema, or `inbox migrate up`, upgrades them.
+func (s *Store) SchemaVersion(ctx context.Context) (have, want int, err error) {
+	v, err := pgVersion(s.versionReader(ctx), s.cfg.Schema, s.cfg.Table)
+	if err != nil {
+		return 0, 0, fmt.Errorf("inbox: %w", err)
+	}
+	return v.Have, schema.PostgresSteps.Version(), nil
 }
