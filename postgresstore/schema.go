@@ -100,7 +100,7 @@ func pgVersion(tx pgSchemaTx, pgSchema, table string) (sqlstore.Version, error) 
 	}
 	if recorded {
 		v := sqlstore.Version{Recorded: true}
-		err := tx.queryRow(`SELECT version, compatible FROM ` + versions + ` ORDER BY version DESC LIMIT 1`).Scan(&v.Have, &v.Compatible)
+		err := tx.queryRow(`SELECT version, compatible FROM `+versions+` ORDER BY version DESC LIMIT 1`).Scan(&v.Have, &v.Compatible)
 		if err == nil {
 			return v, nil
 		}
