@@ -32,7 +32,9 @@ func mysqlSchemaFor(e Engine, table string) (string, error) {
 	case e == Vitess:
 		var kept []string
 		for _, stmt := range sqlstore.Statements(ddl) {
-			if !strings.Contains(stmt, "`"+table+"_offsets`") {
+			// No offset mode on Vitess, and no version table (ADR 134): the version
+			// is recognised by the columns.
+			if !strings.Contains(stmt, "`"+table+"_offsets`") && !strings.Contains(stmt, "`"+table+"_schema`") {
 				kept = append(kept, stmt)
 			}
 		}
@@ -171,7 +173,9 @@ func schemaLockName(db, table string) string {
 }
 
 // CreateSchema creates the store's tables if they do not exist, with the DDL of
-// schema/mysql.sql, for users who do not run a migration tool. It runs the statements one
+// schema/mysql.sql, for users who do not run a migration tool, and upgrades tables of an
+// older version with the steps they lack (schema.MySQLSteps), as `inbox migrate up`
+// does. It runs the statements one
 // by one, so the DSN needs no multiStatements. Any number of processes may call it at
 // once (see the notes above schemaLockWait).
 func (s *Store) CreateSchema(ctx context.Context) error {
@@ -187,11 +191,28 @@ func (s *Store) CreateSchema(ctx context.Context) error {
 		return err
 	}
 	defer release()
-	if err := sqlstore.DropOldAttempts("`"+s.cfg.Table+"_attempts`", func(q string) error {
-		_, err := conn.ExecContext(ctx, q)
-		return err
-	}); err != nil {
-		return err
+	if s.cfg.Engine == Vitess {
+		if err := sqlstore.DropOldAttempts("`"+s.cfg.Table+"_attempts`", func(q string) error {
+			_, err := conn.ExecContext(ctx, q)
+			return err
+		}); err != nil {
+			return err
+		}
+	} else {
+		v, err := s.readVersion(ctx, conn)
+		if err != nil {
+			return err
+		}
+		if v.Have > 0 { // the steps the tables lack, else the whole DDL
+			ddl = ""
+			seq := schema.MySQLSteps
+			for n := v.Have + 1; n <= seq.Version(); n++ {
+				ddl += sqlstore.WithTable(seq.Step(n).Up, "`", s.cfg.Table) + "\n"
+			}
+			if s.cfg.Engine == TiDB {
+				ddl = tidbSchema(ddl)
+			}
+		}
 	}
 	for _, stmt := range sqlstore.Statements(ddl) {
 		if _, err := conn.ExecContext(ctx, stmt); err != nil {
@@ -199,6 +220,57 @@ func (s *Store) CreateSchema(ctx context.Context) error {
 		}
 	}
 	return s.createEngineSchema(ctx, conn)
+}
+
+// readVersion reads the version of the tables (see sqlstore.Version) through db.
+func (s *Store) readVersion(ctx context.Context, db sqlstore.DB) (sqlstore.Version, error) {
+	t := s.cfg.Table
+	rows, err := db.QueryContext(ctx, "SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name IN (?, ?, ?)", t, t+"_offsets", t+"_schema")
+	if err != nil {
+		return sqlstore.Version{}, s.wrap("reading the tables' version", err)
+	}
+	have := map[string]bool{}
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			_ = rows.Close()
+			return sqlstore.Version{}, s.wrap("reading the tables' version", err)
+		}
+		have[name] = true
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return sqlstore.Version{}, s.wrap("reading the tables' version", err)
+	}
+	if have[t+"_schema"] {
+		v := sqlstore.Version{Recorded: true}
+		err := db.QueryRowContext(ctx, "SELECT `version`, `compatible` FROM `"+t+"_schema` ORDER BY `version` DESC LIMIT 1").Scan(&v.Have, &v.Compatible)
+		if err == nil {
+			return v, nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return sqlstore.Version{}, s.wrap("reading the tables' version", err)
+		}
+	}
+	var old int
+	if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = DATABASE() AND table_name = ? AND column_name = 'started'", t+"_attempts").Scan(&old); err != nil {
+		return sqlstore.Version{}, s.wrap("reading the tables' version", err)
+	}
+	return sqlstore.Recognised(schema.MySQLSteps, have[t], old > 0, have[t+"_offsets"]), nil
+}
+
+// SchemaVersion returns the version of the store's tables (0 when they do not exist;
+// for tables made before versions were recorded, the version their columns match) and
+// the version this code needs. CreateSchema, or `inbox migrate up`, upgrades them. On
+// Vitess, where no version is recorded (ADR 134), it fails with errors.ErrUnsupported.
+func (s *Store) SchemaVersion(ctx context.Context) (have, want int, err error) {
+	if s.cfg.Engine == Vitess {
+		return 0, 0, fmt.Errorf("inbox: %w: no schema version on Vitess: CreateSchema and New check the tables by their columns", errors.ErrUnsupported)
+	}
+	v, err := s.readVersion(ctx, s.db)
+	if err != nil {
+		return 0, 0, err
+	}
+	return v.Have, schema.MySQLSteps.Version(), nil
 }
 
 // lockSchema takes the schema creation lock on a connection: one of the pool's, or the
@@ -255,6 +327,16 @@ func (s *Store) Verify(ctx context.Context) error {
 	var n int
 	if err := s.db.QueryRowContext(ctx, s.sql.verify).Scan(&n); err != nil {
 		return s.wrap("checking the tables", err)
+	}
+	if s.cfg.Engine == Vitess {
+		return nil
+	}
+	v, err := s.readVersion(ctx, s.db)
+	if err != nil {
+		return err
+	}
+	if err := sqlstore.CheckVersion(schema.MySQLSteps, v, s.cfg.Table, sqlstore.UpgradeCommand(s.cfg.Table, "")); err != nil {
+		return fmt.Errorf("inbox: checking the tables: %w", err)
 	}
 	return nil
 }

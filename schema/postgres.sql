@@ -45,7 +45,7 @@ CREATE TABLE IF NOT EXISTS "inbox_offsets" (
 
 -- The version of these tables (ADR 134), one row per version applied, with the oldest
 -- version whose code runs on them: inbox.New refuses tables older than its code, and
--- `inbox migrate up` (or CreateSchema) applies what is missing. Keep it in step with
+-- "inbox migrate up" (or CreateSchema) applies what is missing. Keep it in step with
 -- the last migration of schema/steps/postgres.
 CREATE TABLE IF NOT EXISTS "inbox_schema" (
     version    integer NOT NULL PRIMARY KEY,

@@ -2,7 +2,7 @@
 -- Generated from the golang-migrate files by migratetest (go test -update); do not edit.
 -- The inbox records the version of its tables (ADR 134): one row per version applied,
 -- with the oldest version whose code runs on tables at that version. inbox.New refuses
--- tables older than its code, naming `inbox migrate up`. Versions 1 to 3 are recorded
+-- tables older than its code, naming "inbox migrate up". Versions 1 to 3 are recorded
 -- here for the tables they made; every later migration inserts its own row.
 
 CREATE TABLE IF NOT EXISTS "inbox_schema" (
