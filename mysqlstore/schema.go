@@ -179,16 +179,24 @@ func schemaLockName(db, table string) string {
 // by one, so the DSN needs no multiStatements. Any number of processes may call it at
 // once (see the notes above schemaLockWait).
 func (s *Store) CreateSchema(ctx context.Context) error {
+	_, _, err := s.MigrateSchema(ctx)
+	return err
+}
+
+// MigrateSchema is CreateSchema, and returns the tables' version before (0: there
+// were none), read under the lock, and after: `inbox migrate up`. On Vitess, which
+// records no version, both are 0.
+func (s *Store) MigrateSchema(ctx context.Context) (before, after int, err error) {
 	ddl, err := mysqlSchemaFor(s.cfg.Engine, s.cfg.Table)
 	if err != nil {
-		return err
+		return 0, 0, err
 	}
 	if err := s.checkServerEngine(ctx); err != nil {
-		return err
+		return 0, 0, err
 	}
 	conn, release, err := s.lockSchema(ctx)
 	if err != nil {
-		return err
+		return 0, 0, err
 	}
 	defer release()
 	if s.cfg.Engine == Vitess {
@@ -196,13 +204,14 @@ func (s *Store) CreateSchema(ctx context.Context) error {
 			_, err := conn.ExecContext(ctx, q)
 			return err
 		}); err != nil {
-			return err
+			return 0, 0, err
 		}
 	} else {
 		v, err := s.readVersion(ctx, conn)
 		if err != nil {
-			return err
+			return 0, 0, err
 		}
+		before, after = v.Have, max(v.Have, schema.MySQLSteps.Version())
 		if v.Have > 0 { // the steps the tables lack, else the whole DDL
 			ddl = ""
 			seq := schema.MySQLSteps
@@ -216,10 +225,10 @@ func (s *Store) CreateSchema(ctx context.Context) error {
 	}
 	for _, stmt := range sqlstore.Statements(ddl) {
 		if _, err := conn.ExecContext(ctx, stmt); err != nil {
-			return fmt.Errorf("inbox: creating the schema: %w", err)
+			return 0, 0, fmt.Errorf("inbox: creating the schema: %w", err)
 		}
 	}
-	return s.createEngineSchema(ctx, conn)
+	return before, after, s.createEngineSchema(ctx, conn)
 }
 
 // readVersion reads the version of the tables (see sqlstore.Version) through db.

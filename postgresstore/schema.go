@@ -115,33 +115,33 @@ func pgVersion(tx pgSchemaTx, pgSchema, table string) (sqlstore.Version, error) 
 // creation lock: the whole DDL for a fresh database, else the steps the tables lack
 // (version 2 drops the attempts table of version 1: its rows are transient, and
 // dropping them only forgets the crashes of messages yet to come back).
-func createSchemaIn(tx pgSchemaTx, pgSchema, table string) error {
+func createSchemaIn(tx pgSchemaTx, pgSchema, table string) (before int, err error) {
 	steps, err := schemaSteps(pgSchema, table)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if err := tx.exec(schemaLockSQL, pgSchema); err != nil {
-		return fmt.Errorf("taking the schema creation lock (pg_advisory_xact_lock): %w", err)
+		return 0, fmt.Errorf("taking the schema creation lock (pg_advisory_xact_lock): %w", err)
 	}
 	for _, q := range steps[:len(steps)-1] { // the schema, the search_path
 		if err := tx.exec(q); err != nil {
-			return err
+			return 0, err
 		}
 	}
 	v, err := pgVersion(tx, pgSchema, table)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if v.Have == 0 {
-		return tx.exec(steps[len(steps)-1])
+		return 0, tx.exec(steps[len(steps)-1])
 	}
 	seq := schema.PostgresSteps
 	for n := v.Have + 1; n <= seq.Version(); n++ {
 		if err := tx.exec(sqlstore.WithTable(seq.Step(n).Up, `"`, table)); err != nil {
-			return fmt.Errorf("applying version %d (%s): %w", n, seq.Step(n).Name, err)
+			return v.Have, fmt.Errorf("applying version %d (%s): %w", n, seq.Step(n).Name, err)
 		}
 	}
-	return nil
+	return v.Have, nil
 }
 
 // Schema returns the PostgreSQL DDL (schema/postgres.sql) for an inbox table
@@ -159,14 +159,21 @@ func Schema(table string) (string, error) {
 // up` does. Any number of processes may call it at once (see the notes above
 // schemaLockSQL).
 func (s *SQLStore) CreateSchema(ctx context.Context) error {
+	_, _, err := s.MigrateSchema(ctx)
+	return err
+}
+
+// MigrateSchema is CreateSchema, and returns the tables' version before (0: there
+// were none), read under the lock, and after: `inbox migrate up`.
+func (s *SQLStore) MigrateSchema(ctx context.Context) (before, after int, err error) {
 	if _, err := Schema(s.cfg.Table); err != nil {
-		return err
+		return 0, 0, err
 	}
 	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
-		return fmt.Errorf("inbox: creating the schema: beginning: %w", err)
+		return 0, 0, fmt.Errorf("inbox: creating the schema: beginning: %w", err)
 	}
-	err = createSchemaIn(pgSchemaTx{
+	before, err = createSchemaIn(pgSchemaTx{
 		exec: func(q string, args ...any) error {
 			_, err := tx.ExecContext(ctx, q, args...)
 			return err
@@ -177,9 +184,9 @@ func (s *SQLStore) CreateSchema(ctx context.Context) error {
 		err = tx.Commit()
 	}
 	if err != nil {
-		return errors.Join(fmt.Errorf("inbox: creating the schema: %w", err), ignoreDone(tx.Rollback()))
+		return 0, 0, errors.Join(fmt.Errorf("inbox: creating the schema: %w", err), ignoreDone(tx.Rollback()))
 	}
-	return nil
+	return before, max(before, schema.PostgresSteps.Version()), nil
 }
 
 // ignoreDone drops the error of a rollback after a commit or a failed commit.
@@ -241,14 +248,21 @@ func checkPgVersion(r pgSchemaTx, pgSchema, table string) error {
 // up` does. Any number of processes may call it at once (see the notes above
 // schemaLockSQL).
 func (s *Store) CreateSchema(ctx context.Context) error {
+	_, _, err := s.MigrateSchema(ctx)
+	return err
+}
+
+// MigrateSchema is CreateSchema, and returns the tables' version before (0: there
+// were none), read under the lock, and after: `inbox migrate up`.
+func (s *Store) MigrateSchema(ctx context.Context) (before, after int, err error) {
 	if _, err := Schema(s.cfg.Table); err != nil {
-		return err
+		return 0, 0, err
 	}
 	tx, err := s.db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
-		return fmt.Errorf("inbox: creating the schema: beginning: %w", err)
+		return 0, 0, fmt.Errorf("inbox: creating the schema: beginning: %w", err)
 	}
-	err = createSchemaIn(pgSchemaTx{
+	before, err = createSchemaIn(pgSchemaTx{
 		exec: func(q string, args ...any) error {
 			_, err := tx.Exec(ctx, q, args...)
 			return err
@@ -259,9 +273,9 @@ func (s *Store) CreateSchema(ctx context.Context) error {
 		err = tx.Commit(ctx)
 	}
 	if err != nil {
-		return errors.Join(fmt.Errorf("inbox: creating the schema: %w", err), ignoreDone(tx.Rollback(context.WithoutCancel(ctx))))
+		return 0, 0, errors.Join(fmt.Errorf("inbox: creating the schema: %w", err), ignoreDone(tx.Rollback(context.WithoutCancel(ctx))))
 	}
-	return nil
+	return before, max(before, schema.PostgresSteps.Version()), nil
 }
 
 // Verify implements Store, for the inbox (not for you). It also fails, with

@@ -21,40 +21,47 @@ import (
 // find the tables.
 // It leaves the journal mode as it is: DSN asks for WAL.
 func (s *Store) CreateSchema(ctx context.Context) error {
+	_, _, err := s.MigrateSchema(ctx)
+	return err
+}
+
+// MigrateSchema is CreateSchema, and returns the tables' version before (0: there
+// were none), read under the write lock, and after: `inbox migrate up`.
+func (s *Store) MigrateSchema(ctx context.Context) (before, after int, err error) {
 	ddl, err := Schema(s.cfg.Table)
 	if err != nil {
-		return err
+		return 0, 0, err
 	}
 	const doing = "creating the schema"
 	l, err := s.enter(ctx, doing)
 	if err != nil {
-		return err
+		return 0, 0, err
 	}
 	defer l.release()
 	// BEGIN IMMEDIATE takes the write lock before the version is read: a deferred
 	// transaction that read before another process's creation committed would fail at
 	// its first write (SQLITE_BUSY, without waiting). SQLite's DDL is transactional.
 	if _, err := l.conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
-		return joinErrors(s.wrap(doing, err), l.restore(ctx, l.conn))
+		return 0, 0, joinErrors(s.wrap(doing, err), l.restore(ctx, l.conn))
 	}
-	err = s.upgradeIn(ctx, l.conn, ddl)
+	before, err = s.upgradeIn(ctx, l.conn, ddl)
 	if err == nil {
 		_, err = l.conn.ExecContext(ctx, "COMMIT")
 	}
 	if err != nil {
 		_, rollbackErr := l.conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
-		return joinErrors(s.wrap(doing, err), rollbackErr, l.restore(ctx, l.conn))
+		return 0, 0, joinErrors(s.wrap(doing, err), rollbackErr, l.restore(ctx, l.conn))
 	}
-	return l.restore(ctx, l.conn)
+	return before, max(before, schema.SQLiteSteps.Version()), l.restore(ctx, l.conn)
 }
 
 // upgradeIn brings the tables to the code's version through db, in a transaction that
 // holds the write lock: the whole DDL (ddl) for a fresh database, else the steps the
 // tables lack.
-func (s *Store) upgradeIn(ctx context.Context, db sqlstore.DB, ddl string) error {
+func (s *Store) upgradeIn(ctx context.Context, db sqlstore.DB, ddl string) (before int, err error) {
 	v, err := s.readVersion(ctx, db)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if v.Have > 0 {
 		ddl = ""
@@ -64,10 +71,10 @@ func (s *Store) upgradeIn(ctx context.Context, db sqlstore.DB, ddl string) error
 		}
 	}
 	if ddl == "" {
-		return nil
+		return v.Have, nil
 	}
 	_, err = db.ExecContext(ctx, ddl)
-	return err
+	return v.Have, err
 }
 
 // readVersion reads the version of the tables (see sqlstore.Version) through db.

@@ -12,7 +12,7 @@ import (
 // versionedStore is a store whose tables have a schema version: the SQL stores.
 type versionedStore interface {
 	SchemaVersion(ctx context.Context) (have, want int, err error)
-	CreateSchema(ctx context.Context) error
+	MigrateSchema(ctx context.Context) (before, after int, err error)
 }
 
 // migration is what migrate did, or would do, to one table.
@@ -104,10 +104,8 @@ func migrateOne(ctx context.Context, dsn, table, schema string, up bool) migrati
 	}
 	m.After = m.Before
 	if up && m.Before < m.Code {
-		if err := v.CreateSchema(ctx); err != nil {
-			return fail(err)
-		}
-		if m.After, _, err = v.SchemaVersion(ctx); err != nil {
+		// Another runner may be at it: what this one found is read under the lock.
+		if m.Before, m.After, err = v.MigrateSchema(ctx); err != nil {
 			return fail(err)
 		}
 	}
