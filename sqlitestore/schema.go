@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/watermill-inbox/inbox/internal/contract"
 	"github.com/watermill-inbox/inbox/internal/sqlstore"
@@ -27,7 +28,27 @@ func (s *Store) CreateSchema(ctx context.Context) error {
 
 // MigrateSchema is CreateSchema, and returns the tables' version before (0: there
 // were none), read under the write lock, and after: `inbox migrate up`.
+//
+// Processes that open a new database file together can meet SQLITE_BUSY without the
+// busy handler being called (WAL's first reader while another process sets the journal
+// mode up): the transaction is then tried again, for up to DefaultBusyTimeout.
 func (s *Store) MigrateSchema(ctx context.Context) (before, after int, err error) {
+	deadline := time.Now().Add(DefaultBusyTimeout * time.Millisecond)
+	for try := 1; ; try++ {
+		before, after, err = s.migrateSchema(ctx)
+		if err == nil || !errors.Is(err, contract.ErrContended) || time.Now().After(deadline) {
+			return before, after, err
+		}
+		select {
+		case <-ctx.Done():
+			return before, after, err
+		case <-time.After(min(time.Duration(try)*10*time.Millisecond, 200*time.Millisecond)):
+		}
+	}
+}
+
+// migrateSchema is one try of MigrateSchema.
+func (s *Store) migrateSchema(ctx context.Context) (before, after int, err error) {
 	ddl, err := Schema(s.cfg.Table)
 	if err != nil {
 		return 0, 0, err
