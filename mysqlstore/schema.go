@@ -250,7 +250,7 @@ func (s *Store) readVersion(ctx context.Context, db sqlstore.DB) (sqlstore.Versi
 	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
 		return sqlstore.Version{}, s.wrap("reading the tables' version", err)
 	}
-	if have[t+"_schema"] {
+	if have[t+"_schema"] && have[t] { // a version row left beside dropped tables is not a version
 		v := sqlstore.Version{Recorded: true}
 		err := db.QueryRowContext(ctx, "SELECT `version`, `compatible` FROM `"+t+"_schema` ORDER BY `version` DESC LIMIT 1").Scan(&v.Have, &v.Compatible)
 		if err == nil {

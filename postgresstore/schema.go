@@ -98,7 +98,7 @@ func pgVersion(tx pgSchemaTx, pgSchema, table string) (sqlstore.Version, error) 
 		Scan(&recorded, &inbox, &offsets, &oldAttempts); err != nil {
 		return sqlstore.Version{}, fmt.Errorf("reading the tables' version: %w", err)
 	}
-	if recorded {
+	if recorded && inbox { // a version row left beside dropped tables is not a version
 		v := sqlstore.Version{Recorded: true}
 		err := tx.queryRow(`SELECT version, compatible FROM `+versions+` ORDER BY version DESC LIMIT 1`).Scan(&v.Have, &v.Compatible)
 		if err == nil {

@@ -117,7 +117,7 @@ func (s *Store) readVersion(ctx context.Context, db queryer) (sqlstore.Version, 
 	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
 		return sqlstore.Version{}, fmt.Errorf("reading the tables' version: %w", err)
 	}
-	if have[t+"_schema"] {
+	if have[t+"_schema"] && have[t] { // a version row left beside dropped tables is not a version
 		rows, err := db.QueryContext(ctx, `SELECT "version", "compatible" FROM "`+t+`_schema" ORDER BY "version" DESC LIMIT 1`)
 		if err != nil {
 			return sqlstore.Version{}, fmt.Errorf("reading the tables' version: %w", err)

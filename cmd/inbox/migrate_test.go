@@ -185,3 +185,27 @@ func TestMigrateUpgradesThePreviousRelease(t *testing.T) {
 		})
 	}
 }
+
+// Tables dropped without their version table (an operator's DROP of the three tables
+// the docs named before versions) are created again, not taken as current.
+func TestMigrateAfterTablesDroppedWithoutTheirVersion(t *testing.T) {
+	for _, name := range []string{"postgres", "mariadb", "sqlite"} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			o := openOldTable(t, name)
+			res := inboxCLI(t, "migrate", "up", "--dsn", o.dsn, "--table", o.table)
+			require.Equal(t, 0, res.code, res.stderr)
+			for _, suffix := range []string{"", "_attempts", "_offsets"} {
+				_, err := o.db.Exec("DROP TABLE " + o.q(o.table+suffix))
+				require.NoError(t, err)
+			}
+			res = inboxCLI(t, "migrate", "status", "--dsn", o.dsn, "--table", o.table)
+			require.Contains(t, res.stdout, "missing")
+			res = inboxCLI(t, "migrate", "up", "--dsn", o.dsn, "--table", o.table)
+			require.Equal(t, 0, res.code, res.stderr)
+			require.Contains(t, res.stdout, fmt.Sprintf("version 0 -> %d", o.seq.Version()))
+			_, err := inbox.New(inbox.Config{Store: o.newStore(t), Consumer: "billing"})
+			require.NoError(t, err)
+		})
+	}
+}
