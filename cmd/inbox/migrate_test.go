@@ -209,3 +209,32 @@ func TestMigrateAfterTablesDroppedWithoutTheirVersion(t *testing.T) {
 		})
 	}
 }
+
+// Tables a newer build migrated: accepted when the newer version's row says this build
+// still runs on them (compatible), refused otherwise, naming the version they need.
+func TestNewerTables(t *testing.T) {
+	for _, name := range []string{"postgres", "mariadb", "sqlite"} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			o := openOldTable(t, name)
+			res := inboxCLI(t, "migrate", "up", "--dsn", o.dsn, "--table", o.table)
+			require.Equal(t, 0, res.code, res.stderr)
+			code := o.seq.Version()
+			insert := func(version, compatible int) {
+				_, err := o.db.Exec(o.rebind("INSERT INTO "+o.q(o.table+"_schema")+" ("+o.q("version")+", "+o.q("name")+", "+o.q("compatible")+") VALUES (?, ?, ?)"),
+					version, fmt.Sprint("future_", version), compatible)
+				require.NoError(t, err)
+			}
+			insert(code+1, code) // only added: this build runs on it
+			_, err := inbox.New(inbox.Config{Store: o.newStore(t), Consumer: "billing"})
+			require.NoError(t, err, "a compatible newer version is accepted")
+			res = inboxCLI(t, "migrate", "status", "--dsn", o.dsn, "--table", o.table)
+			require.Contains(t, res.stdout, fmt.Sprintf("version %d (this build: %d), ahead", code+1, code))
+
+			insert(code+2, code+2) // changed what older code reads or writes
+			_, err = inbox.New(inbox.Config{Store: o.newStore(t), Consumer: "billing"})
+			require.ErrorIs(t, err, inbox.ErrNoTable)
+			require.Contains(t, err.Error(), fmt.Sprintf("schema version %d, which needs code of version %d or later, and this code is at %d", code+2, code+2, code))
+		})
+	}
+}
