@@ -183,7 +183,7 @@ func TestMigrations(t *testing.T) {
 			refDB := d.OpenDSN(t, refDSN)
 			createSchema(t, d, refDB)
 			want := readCatalog(t, d, refDB, refName)
-			require.Len(t, want.Tables, 3, "schema/*.sql creates the inbox table, its attempts table and its offsets table")
+			require.Len(t, want.Tables, 4, "schema/*.sql creates the inbox table, its attempts table, its offsets table and its version table")
 
 			for _, tl := range tools {
 				t.Run(tl.name, func(t *testing.T) {

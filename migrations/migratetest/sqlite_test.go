@@ -123,7 +123,7 @@ func TestSQLiteMigrations(t *testing.T) {
 	refDB := openSQLite(t, filepath.Join(t.TempDir(), "ref.db"))
 	require.NoError(t, newStore(refDB).CreateSchema(ctx))
 	want := sqliteCatalog(t, refDB)
-	require.Len(t, want.Tables, 3, "schema/sqlite.sql creates the inbox table, its attempts table and the offsets table")
+	require.Len(t, want.Tables, 4, "schema/sqlite.sql creates the inbox table, its attempts table, the offsets table and the version table")
 	require.NotEmpty(t, want.Indexes)
 
 	for _, tl := range sqliteTools {
