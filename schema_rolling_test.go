@@ -8,11 +8,11 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/watermill-inbox/inbox"
@@ -29,6 +29,8 @@ import (
 const (
 	rollingHelperEnv = "INBOX_ROLLING_HELPER"
 	rollingTableEnv  = "INBOX_ROLLING_TABLE"
+	rollingKindEnv   = "INBOX_ROLLING_KIND"
+	rollingDSNEnv    = "INBOX_ROLLING_DSN"
 	rollingMessages  = 400
 )
 
@@ -44,14 +46,50 @@ func TestRollingUpgradeHelper(t *testing.T) {
 		return // not a child
 	}
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, postgresDSN())
+	store, done, err := openFleetStore(ctx, os.Getenv(rollingKindEnv), os.Getenv(rollingDSNEnv), os.Getenv(rollingTableEnv))
 	require.NoError(t, err)
-	defer pool.Close()
-	store, err := inbox.NewPostgresStore(pool, inbox.PostgresConfig{Table: os.Getenv(rollingTableEnv)})
-	require.NoError(t, err)
-	before, after, err := store.MigrateSchema(ctx)
+	defer done()
+	before, after, err := store.(interface {
+		MigrateSchema(ctx context.Context) (before, after int, err error)
+	}).MigrateSchema(ctx)
 	require.NoError(t, err)
 	fmt.Printf("migrated %d -> %d\n", before, after)
+}
+
+// rollingKind is a store the rolling upgrade runs on: its DSN, its sequence, its
+// tables at the previous release's version, and a ledger in the same database.
+type rollingKind struct {
+	name, dsn string
+	seq       schema.Sequence
+	exec      func(t *testing.T, query string)
+	ledger    ledger
+}
+
+func rollingKinds(t *testing.T) []func(t *testing.T, table string) rollingKind {
+	return []func(t *testing.T, table string) rollingKind{
+		func(t *testing.T, table string) rollingKind {
+			pool := pgPool(t)
+			pgDropTables(t, "", table)
+			return rollingKind{name: "pgx", dsn: postgresDSN(), seq: schema.PostgresSteps, ledger: newPgLedger(t, pool),
+				exec: func(t *testing.T, q string) { _, err := pool.Exec(context.Background(), q); require.NoError(t, err) }}
+		},
+		func(t *testing.T, table string) rollingKind {
+			db := mariaDB(t)
+			t.Cleanup(func() {
+				for _, suffix := range inboxTables {
+					_, _ = db.Exec("DROP TABLE IF EXISTS `" + table + suffix + "`")
+				}
+			})
+			return rollingKind{name: "mariadb", dsn: mariaDBDSN(), seq: schema.MySQLSteps, ledger: newSQLLedger(t, db, true),
+				exec: func(t *testing.T, q string) { _, err := db.Exec(q); require.NoError(t, err) }}
+		},
+		func(t *testing.T, table string) rollingKind {
+			path := filepath.Join(t.TempDir(), "rolling.db")
+			db := sqliteDB(t, modernc, path)
+			return rollingKind{name: "sqlite", dsn: path, seq: schema.SQLiteSteps, ledger: newSQLiteLedger(t, db),
+				exec: func(t *testing.T, q string) { _, err := db.Exec(q); require.NoError(t, err) }}
+		},
+	}
 }
 
 func TestRollingUpgrade(t *testing.T) {
@@ -59,18 +97,28 @@ func TestRollingUpgrade(t *testing.T) {
 	if os.Getenv(rollingHelperEnv) == "1" {
 		t.Skip("a child")
 	}
-	ctx := context.Background()
-	pool := pgPool(t)
-	table := tableName("rolling")
-	pgDropTables(t, "", table)
-	seq := schema.PostgresSteps
-	for n := 1; n < seq.Version(); n++ { // the previous release's tables
-		_, err := pool.Exec(ctx, sqlstore.WithTable(seq.Step(n).Up, `"`, table))
-		require.NoError(t, err)
+	for _, open := range rollingKinds(t) {
+		table := tableName("rolling")
+		k := open(t, table)
+		t.Run(k.name, func(t *testing.T) { rollingUpgrade(t, k, table) })
 	}
-	ledger := newPgLedger(t, pool)
-	store, err := inbox.NewPostgresStore(pool, inbox.PostgresConfig{Table: table})
+}
+
+func rollingUpgrade(t *testing.T, k rollingKind, table string) {
+	ctx := context.Background()
+	seq, ledger := k.seq, k.ledger
+	quote := `"`
+	if seq.Dialect == "mysql" {
+		quote = "`"
+	}
+	for n := 1; n < seq.Version(); n++ { // the previous release's tables
+		for _, stmt := range sqlstore.Statements(sqlstore.WithTable(seq.Step(n).Up, quote, table)) {
+			k.exec(t, stmt)
+		}
+	}
+	store, done, err := openFleetStore(ctx, k.name, k.dsn, table)
 	require.NoError(t, err)
+	t.Cleanup(done)
 	_, err = inbox.New(inbox.Config{Store: store, Consumer: "billing"})
 	require.ErrorIs(t, err, inbox.ErrNoTable, "this release refuses the previous release's tables")
 	old := newTestInbox(t, previousRelease{store}, inbox.Config{})
@@ -113,7 +161,7 @@ func TestRollingUpgrade(t *testing.T) {
 	}
 	feed(order[:q])
 	cmd := exec.Command(os.Args[0], "-test.run=^TestRollingUpgradeHelper$", "-test.count=1", "-test.v")
-	cmd.Env = append(os.Environ(), rollingHelperEnv+"=1", rollingTableEnv+"="+table)
+	cmd.Env = append(os.Environ(), rollingHelperEnv+"=1", rollingTableEnv+"="+table, rollingKindEnv+"="+k.name, rollingDSNEnv+"="+k.dsn)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	require.NoError(t, cmd.Start())
@@ -138,6 +186,6 @@ func TestRollingUpgrade(t *testing.T) {
 	require.Equal(t, [2]int{rollingMessages, rollingMessages}, [2]int{total, credits}, "every message applied exactly once")
 	require.Equal(t, int64(rollingMessages), byOld.Load()+byNew.Load())
 	require.Positive(t, byNew.Load(), "this release's replicas processed part of the stream")
-	t.Logf("rolling upgrade: %d messages delivered twice; %d applied by the previous release (%d of them after the migration), %d by this one; ledger %d credits, total %d",
-		rollingMessages, byOld.Load(), oldAfterMigration.Load(), byNew.Load(), credits, total)
+	t.Logf("%s rolling upgrade: %d messages delivered twice; %d applied by the previous release (%d of them after the migration), %d by this one; ledger %d credits, total %d",
+		k.name, rollingMessages, byOld.Load(), oldAfterMigration.Load(), byNew.Load(), credits, total)
 }
