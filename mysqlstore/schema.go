@@ -234,7 +234,7 @@ func (s *Store) MigrateSchema(ctx context.Context) (before, after int, err error
 // readVersion reads the version of the tables (see sqlstore.Version) through db.
 func (s *Store) readVersion(ctx context.Context, db sqlstore.DB) (sqlstore.Version, error) {
 	t := s.cfg.Table
-	rows, err := db.QueryContext(ctx, "SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name IN (?, ?, ?)", t, t+"_offsets", t+"_schema")
+	rows, err := db.QueryContext(ctx, "SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name IN (?, ?, ?, ?)", t, t+"_attempts", t+"_offsets", t+"_schema")
 	if err != nil {
 		return sqlstore.Version{}, s.wrap("reading the tables' version", err)
 	}
@@ -264,7 +264,7 @@ func (s *Store) readVersion(ctx context.Context, db sqlstore.DB) (sqlstore.Versi
 	if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = DATABASE() AND table_name = ? AND column_name = 'started'", t+"_attempts").Scan(&old); err != nil {
 		return sqlstore.Version{}, s.wrap("reading the tables' version", err)
 	}
-	return sqlstore.Recognised(schema.MySQLSteps, have[t], old > 0, have[t+"_offsets"]), nil
+	return sqlstore.Recognised(schema.MySQLSteps, have[t], have[t+"_attempts"], old > 0, have[t+"_offsets"]), nil
 }
 
 // SchemaVersion returns the version of the store's tables (0 when they do not exist;

@@ -77,10 +77,10 @@ func schemaSteps(pgSchema, table string) ([]string, error) {
 	return []string{"CREATE SCHEMA IF NOT EXISTS " + s, "SET LOCAL search_path TO " + s, ddl}, nil
 }
 
-// pgTablesSQL tells which of the tables $1 (<table>_schema), $2 (the inbox table) and
-// $4 (offsets), quoted names, exist, and whether $3 (attempts) has the layout of before
-// version 2 (a counter per key).
-const pgTablesSQL = `SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL, to_regclass($4) IS NOT NULL,
+// pgTablesSQL tells which of the tables $1 (<table>_schema), $2 (the inbox table), $3
+// (attempts) and $4 (offsets), quoted names, exist, and whether $3 has the layout of
+// before version 2 (a counter per key).
+const pgTablesSQL = `SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL, to_regclass($3) IS NOT NULL, to_regclass($4) IS NOT NULL,
 	EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($3) AND attname = 'started' AND NOT attisdropped)`
 
 // pgSchemaTx is what CreateSchema and the version's read need of a transaction or a
@@ -93,9 +93,9 @@ type pgSchemaTx struct {
 // pgVersion reads the version of the tables (see sqlstore.Version).
 func pgVersion(tx pgSchemaTx, pgSchema, table string) (sqlstore.Version, error) {
 	versions := pgName(pgSchema, table+"_schema")
-	var recorded, inbox, offsets, oldAttempts bool
+	var recorded, inbox, attempts, offsets, oldAttempts bool
 	if err := tx.queryRow(pgTablesSQL, versions, pgName(pgSchema, table), pgName(pgSchema, table+"_attempts"), pgName(pgSchema, table+"_offsets")).
-		Scan(&recorded, &inbox, &offsets, &oldAttempts); err != nil {
+		Scan(&recorded, &inbox, &attempts, &offsets, &oldAttempts); err != nil {
 		return sqlstore.Version{}, fmt.Errorf("reading the tables' version: %w", err)
 	}
 	if recorded && inbox { // a version row left beside dropped tables is not a version
@@ -108,7 +108,7 @@ func pgVersion(tx pgSchemaTx, pgSchema, table string) (sqlstore.Version, error) 
 			return sqlstore.Version{}, fmt.Errorf("reading the tables' version: %w", err)
 		}
 	}
-	return sqlstore.Recognised(schema.PostgresSteps, inbox, oldAttempts, offsets), nil
+	return sqlstore.Recognised(schema.PostgresSteps, inbox, attempts, oldAttempts, offsets), nil
 }
 
 // createSchemaIn brings the config's tables to the code's version in tx, under the

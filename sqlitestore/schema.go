@@ -101,7 +101,7 @@ func (s *Store) upgradeIn(ctx context.Context, db sqlstore.DB, ddl string) (befo
 // readVersion reads the version of the tables (see sqlstore.Version) through db.
 func (s *Store) readVersion(ctx context.Context, db queryer) (sqlstore.Version, error) {
 	t := s.cfg.Table
-	rows, err := db.QueryContext(ctx, `SELECT "name" FROM sqlite_master WHERE "type" = 'table' AND "name" IN (?, ?, ?)`, t, t+"_offsets", t+"_schema")
+	rows, err := db.QueryContext(ctx, `SELECT "name" FROM sqlite_master WHERE "type" = 'table' AND "name" IN (?, ?, ?, ?)`, t, t+"_attempts", t+"_offsets", t+"_schema")
 	if err != nil {
 		return sqlstore.Version{}, fmt.Errorf("reading the tables' version: %w", err)
 	}
@@ -134,7 +134,7 @@ func (s *Store) readVersion(ctx context.Context, db queryer) (sqlstore.Version, 
 			return v, nil
 		}
 	}
-	return sqlstore.Recognised(schema.SQLiteSteps, have[t], false, have[t+"_offsets"]), nil
+	return sqlstore.Recognised(schema.SQLiteSteps, have[t], have[t+"_attempts"], false, have[t+"_offsets"]), nil
 }
 
 // SchemaVersion returns the version of the store's tables (0 when they do not exist;

@@ -21,13 +21,16 @@ type Version struct {
 }
 
 // Recognised is the version of tables without <table>_schema, by what they have: the
-// inbox table, the attempts table of before version 2 (a counter per key, column
-// "started"), the offsets table. The offsets table is optional (offset mode only): tables
-// without it are taken as at the version before it, and its step adds it.
-func Recognised(q schema.Sequence, inbox, oldAttempts, offsets bool) Version {
+// inbox table, the attempts table, the one of before version 2 (a counter per key,
+// column "started"), the offsets table. Without the inbox or the attempts table it is 0,
+// so that the whole DDL (idempotent) runs: a first creation, or one a crash or a DROP
+// cut short (MySQL's DDL commits statement by statement). The offsets table is optional
+// (offset mode only): tables without it are taken as at the version before it, and its
+// step adds it.
+func Recognised(q schema.Sequence, inbox, attempts, oldAttempts, offsets bool) Version {
 	v := 0
 	switch {
-	case !inbox:
+	case !inbox || !attempts:
 	case q.Dialect == "sqlite" && offsets:
 		v = 2
 	case q.Dialect == "sqlite":

@@ -11,21 +11,22 @@ import (
 
 func TestRecognised(t *testing.T) {
 	for _, c := range []struct {
-		name                        string
-		q                           schema.Sequence
-		inbox, oldAttempts, offsets bool
-		want                        int
+		name                                  string
+		q                                     schema.Sequence
+		inbox, attempts, oldAttempts, offsets bool
+		want                                  int
 	}{
-		{"postgres, no tables", schema.PostgresSteps, false, false, false, 0},
-		{"postgres, attempts counter", schema.PostgresSteps, true, true, false, 1},
-		{"postgres, attempts per delivery", schema.PostgresSteps, true, false, false, 2},
-		{"postgres, offsets", schema.PostgresSteps, true, false, true, 3},
-		{"mysql, offsets", schema.MySQLSteps, true, false, true, 3},
-		{"sqlite, no offsets", schema.SQLiteSteps, true, false, false, 1},
-		{"sqlite, offsets", schema.SQLiteSteps, true, false, true, 2},
+		{"postgres, no tables", schema.PostgresSteps, false, false, false, false, 0},
+		{"postgres, attempts counter", schema.PostgresSteps, true, true, true, false, 1},
+		{"postgres, attempts per delivery", schema.PostgresSteps, true, true, false, false, 2},
+		{"postgres, attempts dropped", schema.PostgresSteps, true, false, false, true, 0},
+		{"postgres, offsets", schema.PostgresSteps, true, true, false, true, 3},
+		{"mysql, offsets", schema.MySQLSteps, true, true, false, true, 3},
+		{"sqlite, no offsets", schema.SQLiteSteps, true, true, false, false, 1},
+		{"sqlite, offsets", schema.SQLiteSteps, true, true, false, true, 2},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			if got := Recognised(c.q, c.inbox, c.oldAttempts, c.offsets); got.Have != c.want || got.Recorded {
+			if got := Recognised(c.q, c.inbox, c.attempts, c.oldAttempts, c.offsets); got.Have != c.want || got.Recorded {
 				t.Fatalf("got %+v, want version %d, not recorded", got, c.want)
 			}
 		})
