@@ -496,6 +496,7 @@ func exerciseStore(t *testing.T, f storeFlavour) {
 	exerciseBatches(t, f)
 	exerciseOffsets(t, f)
 	exercisePurgeTurns(t, f)
+	exerciseSchemaCreation(t, f)
 	exerciseTenantSeams(t, f)
 	exerciseTenantHTTP(t, f)
 

@@ -50,6 +50,7 @@ func pgbouncerPgxFlavour(name string, handle handleKind, mode string) storeFlavo
 		open: func(t *testing.T, opts storeOpts) fixture {
 			return pgxFixture(t, pgbouncerDSN(t, settings), handle, opts)
 		},
+		creators: pgxCreators(func(t testing.TB) string { return pgbouncerDSN(t, settings) }, handle),
 		missing: func(t *testing.T) inbox.Store {
 			store, err := inbox.NewPostgresStore(pgPoolWith(t, pgbouncerDSN(t, settings)), inbox.PostgresConfig{Table: tableName("missing")})
 			require.NoError(t, err)
@@ -75,6 +76,7 @@ func pgbouncerSQLFlavour(name string, handle handleKind, mode string) storeFlavo
 		open: func(t *testing.T, opts storeOpts) fixture {
 			return sqlFixture(t, open, handle, false, opts, newSQLPostgresFlavourStore(opts.lockTimeout))
 		},
+		creators: sqlPostgresCreators(open, handle),
 		missing: func(t *testing.T) inbox.Store {
 			store, err := inbox.NewSQLPostgresStore(open(t, nil), inbox.SQLPostgresConfig{Table: tableName("missing")})
 			require.NoError(t, err)

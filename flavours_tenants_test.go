@@ -35,15 +35,15 @@ func tenantFlavour(name string) storeFlavour {
 
 func tenantFlavours() []storeFlavour {
 	flavours := []storeFlavour{
-		{name: "tenants-pgx-databases", tenant: caseTenant, open: pgDatabasesFixture, missing: pgDatabasesMissing},
-		{name: "tenants-pgx-schemas", tenant: caseTenant, open: pgSchemasFixture(false, directPg), missing: pgSchemasMissing},
-		{name: "tenants-sqlpostgres-schemas", tenant: caseTenant, open: pgSchemasFixture(true, directPg), missing: pgSchemasMissing},
+		{name: "tenants-pgx-databases", tenant: caseTenant, open: pgDatabasesFixture, missing: pgDatabasesMissing, creators: pgDatabasesCreators},
+		{name: "tenants-pgx-schemas", tenant: caseTenant, open: pgSchemasFixture(false, directPg), missing: pgSchemasMissing, creators: pgSchemasCreators(false, directPg)},
+		{name: "tenants-sqlpostgres-schemas", tenant: caseTenant, open: pgSchemasFixture(true, directPg), missing: pgSchemasMissing, creators: pgSchemasCreators(true, directPg)},
 		// The usual SaaS deployment: a schema per tenant on one pool, through PgBouncer in
 		// transaction mode (the search_path is the transaction's, on whichever server
 		// connection runs it).
-		{name: "tenants-pgbouncer-schemas", tenant: caseTenant, open: pgSchemasFixture(false, bouncedPg), missing: pgSchemasMissing,
+		{name: "tenants-pgbouncer-schemas", tenant: caseTenant, open: pgSchemasFixture(false, bouncedPg), missing: pgSchemasMissing, creators: pgSchemasCreators(false, bouncedPg),
 			caps: caps{attemptsRefused: true, purgeTurnRefused: inbox.ErrPurgeTurnBehindPooler}},
-		{name: "tenants-mariadb-databases", tenant: caseTenant, open: mariaDatabasesFixture, missing: mariaDatabasesMissing},
+		{name: "tenants-mariadb-databases", tenant: caseTenant, open: mariaDatabasesFixture, missing: mariaDatabasesMissing, creators: mariaDatabasesCreators},
 		{name: "tenants-redis-prefixes", tenant: caseTenant, open: redisPrefixesFixture,
 			caps: caps{noJoin: true, noPurge: true, noSchema: true, noSession: true, handlerCannotCommit: true, noAttemptCount: true, noNeighbours: true, noOffsets: true}},
 	}

@@ -70,6 +70,10 @@ type storeFlavour struct {
 	missing func(t *testing.T) inbox.Store
 	// caps declares what the store cannot do; the cases it cannot apply are skipped.
 	caps caps
+	// creators returns n stores on one fresh table (or, for a TenantStore, fresh
+	// tenants' tables), each over a handle of its own, with no table created yet:
+	// ConcurrentCreateSchema races them (flavours_schema_test.go).
+	creators func(t *testing.T, n int) []inbox.Store
 	// tenant, when set, is the tenant the cases run as, in their context and their
 	// messages' metadata: the store routes by tenant (helpers_tenants_test.go).
 	tenant string
@@ -372,6 +376,7 @@ func pgxLikeFlavour(name string, handle handleKind, settings map[string]string) 
 		open: func(t *testing.T, opts storeOpts) fixture {
 			return pgxFixture(t, pgDSN(t, settings), handle, opts)
 		},
+		creators: pgxCreators(func(t testing.TB) string { return pgDSN(t, settings) }, handle),
 		missing: func(t *testing.T) inbox.Store {
 			store, err := inbox.NewPostgresStore(pgPool(t), inbox.PostgresConfig{Table: tableName("missing")})
 			require.NoError(t, err)
@@ -461,6 +466,7 @@ func sqlPostgresLikeFlavour(name string, handle handleKind) storeFlavour {
 		open: func(t *testing.T, opts storeOpts) fixture {
 			return sqlFixture(t, sqlPostgresDBWith, handle, false, opts, newSQLPostgresFlavourStore(opts.lockTimeout))
 		},
+		creators: sqlPostgresCreators(sqlPostgresDBWith, handle),
 		missing: func(t *testing.T) inbox.Store {
 			store, err := inbox.NewSQLPostgresStore(sqlPostgresDB(t), inbox.SQLPostgresConfig{Table: tableName("missing")})
 			require.NoError(t, err)
@@ -545,6 +551,7 @@ func mysqlLikeFlavour(name string, dsn func(t testing.TB) string, handle handleK
 			cfg.LockTimeout = opts.lockTimeout
 			return sqlFixture(t, open, handle, true, opts, newMySQLFlavourStore(cfg))
 		},
+		creators: mysqlCreators(open, handle, cfg),
 		missing: func(t *testing.T) inbox.Store {
 			store, err := inbox.NewMySQLStore(open(t, nil), inbox.MySQLConfig{Table: tableName("missing"), Engine: cfg.Engine})
 			require.NoError(t, err)

@@ -100,7 +100,7 @@ func newSQLPostgresStore(t testing.TB, db *sql.DB, cfg inbox.SQLPostgresConfig) 
 	require.NoError(t, err)
 	require.NoError(t, store.CreateSchema(context.Background()))
 	t.Cleanup(func() {
-		_, _ = db.Exec(fmt.Sprintf(`DROP TABLE IF EXISTS %q, %q, %q`, cfg.Table, cfg.Table+"_attempts", cfg.Table+"_offsets"))
+		_, _ = db.Exec(fmt.Sprintf(`DROP TABLE IF EXISTS %q, %q, %q, %q`, cfg.Table, cfg.Table+"_attempts", cfg.Table+"_offsets", cfg.Table+"_schema"))
 	})
 	return store
 }
@@ -115,7 +115,7 @@ func newMySQLStore(t testing.TB, db *sql.DB, cfg inbox.MySQLConfig) *inbox.MySQL
 	require.NoError(t, err)
 	require.NoError(t, store.CreateSchema(context.Background()))
 	t.Cleanup(func() {
-		_, _ = db.Exec(fmt.Sprintf("DROP TABLE IF EXISTS `%s`, `%s`, `%s`", cfg.Table, cfg.Table+"_attempts", cfg.Table+"_offsets"))
+		_, _ = db.Exec(fmt.Sprintf("DROP TABLE IF EXISTS `%s`, `%s`, `%s`, `%s`", cfg.Table, cfg.Table+"_attempts", cfg.Table+"_offsets", cfg.Table+"_schema"))
 	})
 	return store
 }

@@ -79,6 +79,7 @@ func sqliteFlavour(name string, d sqliteDriver, handle handleKind) storeFlavour 
 		open: func(t *testing.T, opts storeOpts) fixture {
 			return sqliteFixture(t, d, handle, opts)
 		},
+		creators: sqliteCreators(d, handle),
 		missing: func(t *testing.T) inbox.Store {
 			store, err := sqlitestore.New(sqliteDB(t, d, sqlitePath(t, d)), sqlitestore.Config{Table: tableName("missing")})
 			require.NoError(t, err)

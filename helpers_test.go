@@ -76,8 +76,8 @@ func newPgxStore(t testing.TB, pool *pgxpool.Pool, cfg inbox.PostgresConfig) *in
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_, _ = pool.Exec(context.Background(), fmt.Sprintf(`DROP TABLE IF EXISTS %s, %s, %s`,
-			pgx.Identifier{cfg.Table}.Sanitize(), pgx.Identifier{cfg.Table + "_attempts"}.Sanitize(), pgx.Identifier{cfg.Table + "_offsets"}.Sanitize()))
+		_, _ = pool.Exec(context.Background(), fmt.Sprintf(`DROP TABLE IF EXISTS %s, %s, %s, %s`,
+			pgx.Identifier{cfg.Table}.Sanitize(), pgx.Identifier{cfg.Table + "_attempts"}.Sanitize(), pgx.Identifier{cfg.Table + "_offsets"}.Sanitize(), pgx.Identifier{cfg.Table + "_schema"}.Sanitize()))
 	})
 	return store
 }

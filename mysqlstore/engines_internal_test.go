@@ -35,7 +35,7 @@ func TestTiDBSchemaFileMatchesTheStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, want := sqlstore.Statements(string(file)), sqlstore.Statements(ddl)
-	if len(got) != 3 || len(got) != len(want) {
+	if len(got) != 5 || len(got) != len(want) { // three tables, the version table and its rows
 		t.Fatalf("schema/tidb.sql has %d statements, the store %d", len(got), len(want))
 	}
 	for i := range got {
@@ -93,8 +93,8 @@ func TestEngineOf(t *testing.T) {
 	}
 }
 
-// On Vitess, which has no offset mode, CreateSchema leaves the offsets table out: the
-// statements are schema/mysql.sql's others.
+// On Vitess, which has no offset mode, CreateSchema leaves the offsets table out, and the
+// version table (ADR 134): the statements are schema/mysql.sql's others.
 func TestVitessSchemaLeavesOutTheOffsetsTable(t *testing.T) {
 	ddl, err := mysqlSchemaFor(Vitess, "orders")
 	if err != nil {
@@ -105,7 +105,8 @@ func TestVitessSchemaLeavesOutTheOffsetsTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, want := sqlstore.Statements(ddl), sqlstore.Statements(all)
-	if len(got) != 2 || len(want) != 3 || got[0] != want[0] || got[1] != want[1] || !strings.Contains(want[2], "`orders_offsets`") {
+	if len(got) != 2 || len(want) != 5 || got[0] != want[0] || got[1] != want[1] || !strings.Contains(want[2], "`orders_offsets`") ||
+		!strings.Contains(want[3], "`orders_schema`") || !strings.Contains(want[4], "`orders_schema`") {
 		t.Fatalf("Vitess DDL %q, from %q", got, want)
 	}
 }

@@ -44,3 +44,17 @@ CREATE TABLE IF NOT EXISTS `inbox_offsets` (
     `updated_at`    DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)),
     PRIMARY KEY (`consumer`, `topic`, `partition`)
 ) ENGINE=InnoDB;
+
+-- The version of these tables (ADR 134), one row per version applied, with the oldest
+-- version whose code runs on them: inbox.New refuses tables older than its code, and
+-- "inbox migrate up" (or CreateSchema) applies what is missing. Keep it in step with
+-- the last migration of schema/steps/mysql.
+CREATE TABLE IF NOT EXISTS `inbox_schema` (
+    `version`    INT NOT NULL PRIMARY KEY,
+    `name`       VARCHAR(255) NOT NULL,
+    `compatible` INT NOT NULL,  -- the oldest version whose code runs on these tables
+    `applied_at` TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
+) ENGINE=InnoDB;
+
+INSERT IGNORE INTO `inbox_schema` (`version`, `name`, `compatible`) VALUES
+    (1, 'inbox', 1), (2, 'attempts_per_delivery', 2), (3, 'offsets', 2), (4, 'schema_version', 2);

@@ -42,3 +42,18 @@ CREATE TABLE IF NOT EXISTS "inbox_offsets" (
     updated_at    timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (consumer, topic, partition)
 );
+
+-- The version of these tables (ADR 134), one row per version applied, with the oldest
+-- version whose code runs on them: inbox.New refuses tables older than its code, and
+-- "inbox migrate up" (or CreateSchema) applies what is missing. Keep it in step with
+-- the last migration of schema/steps/postgres.
+CREATE TABLE IF NOT EXISTS "inbox_schema" (
+    version    integer NOT NULL PRIMARY KEY,
+    name       text NOT NULL,
+    compatible integer NOT NULL,  -- the oldest version whose code runs on these tables
+    applied_at timestamptz NOT NULL DEFAULT now()
+);
+
+INSERT INTO "inbox_schema" (version, name, compatible) VALUES
+    (1, 'inbox', 1), (2, 'attempts_per_delivery', 2), (3, 'offsets', 2), (4, 'schema_version', 2)
+    ON CONFLICT (version) DO NOTHING;

@@ -2,7 +2,13 @@
 // a file as it is for the default table name "inbox", or take the DDL for another name
 // from the store's CreateSchema or inbox.PostgresSchema, MySQLSchema and SQLiteSchema.
 // It imports nothing: the stores embed their DDL from here.
+//
+// The migrations of each dialect, one step per version, are here too (steps.go,
+// schema/steps/<dialect>): the one source from which CreateSchema and `inbox migrate up`
+// upgrade tables, and from which go generate writes package migrations' files.
 package schema
+
+//go:generate go run ./internal/gen
 
 import _ "embed"
 

@@ -51,3 +51,17 @@ CREATE TABLE IF NOT EXISTS "inbox_offsets" (
     "updated_at"    INTEGER NOT NULL DEFAULT (CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)),
     PRIMARY KEY ("consumer", "topic", "partition")
 ) WITHOUT ROWID;
+
+-- The version of these tables (ADR 134), one row per version applied, with the oldest
+-- version whose code runs on them: inbox.New refuses tables older than its code, and
+-- "inbox migrate up" (or CreateSchema) applies what is missing. Keep it in step with
+-- the last migration of schema/steps/sqlite.
+CREATE TABLE IF NOT EXISTS "inbox_schema" (
+    "version"    INTEGER NOT NULL PRIMARY KEY,
+    "name"       TEXT    NOT NULL,
+    "compatible" INTEGER NOT NULL,  -- the oldest version whose code runs on these tables
+    "applied_at" INTEGER NOT NULL DEFAULT (CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER))
+);
+
+INSERT OR IGNORE INTO "inbox_schema" ("version", "name", "compatible") VALUES
+    (1, 'inbox', 1), (2, 'offsets', 1), (3, 'schema_version', 1);

@@ -5,6 +5,7 @@
 //
 //	inbox purge  --dsn DSN --older-than 720h [--table inbox] [--schema S] [--batch 10000] [--min-retention 168h] [--force] [--dry-run] [--json|--quiet]
 //	inbox schema postgres|mysql|sqlite [--table inbox]
+//	inbox migrate up|status --dsn DSN [--table inbox] [--schema S] [--tenants FILE] [--json]
 //	inbox stats  --dsn DSN [--table inbox] [--schema S] [--json]
 //	inbox forget --dsn DSN --consumer C --key K [--table inbox] [--schema S] [--dry-run]
 //	inbox offsets show  --dsn DSN [--consumer C] [--table inbox] [--json]
@@ -59,6 +60,7 @@ const usage = `inbox operates the tables of the watermill inbox.
 Usage:
   inbox purge  --dsn DSN --older-than 720h [--table inbox] [--schema S] [--batch 10000] [--min-retention 168h] [--force] [--dry-run] [--json|--quiet]
   inbox schema postgres|mysql|sqlite [--table inbox]
+  inbox migrate up|status --dsn DSN [--table inbox] [--schema S] [--tenants FILE] [--json]
   inbox stats  --dsn DSN [--table inbox] [--schema S] [--json]
   inbox forget --dsn DSN --consumer C --key K [--table inbox] [--schema S] [--dry-run]
   inbox offsets show  --dsn DSN [--consumer C] [--table inbox] [--json]
@@ -102,6 +104,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	commands := map[string]func(context.Context, []string, io.Writer, io.Writer) error{
 		"purge":   purgeCmd,
 		"schema":  schemaCmd,
+		"migrate": migrateCmd,
 		"stats":   statsCmd,
 		"forget":  forgetCmd,
 		"offsets": offsetsCmd,
@@ -115,7 +118,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	cmd, ok := commands[name]
 	if !ok {
-		fmt.Fprintf(stderr, "inbox: unknown command %q: use purge, schema, stats, forget, offsets or ui (inbox --help)\n", name)
+		fmt.Fprintf(stderr, "inbox: unknown command %q: use purge, schema, migrate, stats, forget, offsets or ui (inbox --help)\n", name)
 		return exitUsage
 	}
 	err := cmd(ctx, args[1:], stdout, stderr)

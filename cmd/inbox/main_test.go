@@ -170,7 +170,7 @@ func openPostgresTable(t *testing.T) testDB {
 	require.NoError(t, store.CreateSchema(ctx))
 	quoted := pgx.Identifier{table}.Sanitize()
 	t.Cleanup(func() {
-		_, _ = pool.Exec(context.Background(), `DROP TABLE IF EXISTS `+quoted+`, `+pgx.Identifier{table + "_attempts"}.Sanitize()+`, `+pgx.Identifier{table + "_offsets"}.Sanitize())
+		_, _ = pool.Exec(context.Background(), `DROP TABLE IF EXISTS `+quoted+`, `+pgx.Identifier{table + "_attempts"}.Sanitize()+`, `+pgx.Identifier{table + "_offsets"}.Sanitize()+`, `+pgx.Identifier{table + "_schema"}.Sanitize())
 	})
 	return testDB{
 		dsn:   postgresDSN(),
@@ -206,7 +206,7 @@ func openMySQLTable(t *testing.T, what, variable, dsn string, asURL bool) testDB
 	require.NoError(t, err)
 	require.NoError(t, store.CreateSchema(ctx))
 	t.Cleanup(func() {
-		_, _ = db.Exec(fmt.Sprintf("DROP TABLE IF EXISTS `%s`, `%s_attempts`, `%s_offsets`", table, table, table))
+		_, _ = db.Exec(fmt.Sprintf("DROP TABLE IF EXISTS `%s`, `%s_attempts`, `%s_offsets`, `%s_schema`", table, table, table, table))
 	})
 	if asURL {
 		dsn = "mysql://" + dsn

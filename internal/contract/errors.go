@@ -24,9 +24,11 @@ var (
 	// the handler has a bug.
 	ErrTxDone = errors.New("the handler ended the inbox transaction")
 
-	// ErrNoTable means the inbox table does not exist or lacks a column the store needs.
-	// Transient: the message is fine, the database is not ready; create or migrate the
-	// tables, and the message comes again.
+	// ErrNoTable means the inbox table does not exist, lacks a column the store needs, or
+	// is at a schema version the code does not run on: older (`inbox migrate up`
+	// upgrades it), or newer and incompatible (ADR 135). Transient: the message is fine,
+	// the database is not ready; create or migrate the tables, and the message comes
+	// again.
 	ErrNoTable = errors.New("inbox table missing")
 )
 

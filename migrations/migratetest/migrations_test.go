@@ -9,6 +9,7 @@ import (
 	"database/sql"
 	"errors"
 	"flag"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -183,7 +184,7 @@ func TestMigrations(t *testing.T) {
 			refDB := d.OpenDSN(t, refDSN)
 			createSchema(t, d, refDB)
 			want := readCatalog(t, d, refDB, refName)
-			require.Len(t, want.Tables, 3, "schema/*.sql creates the inbox table, its attempts table and its offsets table")
+			require.Len(t, want.Tables, 4, "schema/*.sql creates the inbox table, its attempts table, its offsets table and its version table")
 
 			for _, tl := range tools {
 				t.Run(tl.name, func(t *testing.T) {
@@ -194,6 +195,7 @@ func TestMigrations(t *testing.T) {
 
 					require.NoError(t, tl.up(t, d, dsn))
 					require.Equal(t, want, readCatalog(t, d, db, name), "the migrations make what schema/*.sql makes")
+					require.Equal(t, versionRows(t, refDB, d.Quote), versionRows(t, db, d.Quote), "the migrations record the versions schema/*.sql records")
 					require.NoError(t, newInbox(d, db), "inbox.New accepts the migrated tables")
 
 					if tl.down == nil {
@@ -248,4 +250,23 @@ func TestMigrationsFromVersion1(t *testing.T) {
 			})
 		}
 	}
+}
+
+// versionRows returns the rows of inbox_schema, the tables' version (ADR 134), as
+// "version name compatible" lines, in version order.
+func versionRows(t *testing.T, db *sql.DB, quote func(string) string) []string {
+	t.Helper()
+	rows, err := db.Query(`SELECT ` + quote("version") + `, ` + quote("name") + `, ` + quote("compatible") + ` FROM ` + quote("inbox_schema") + ` ORDER BY ` + quote("version"))
+	require.NoError(t, err)
+	defer rows.Close()
+	var got []string
+	for rows.Next() {
+		var version, compatible int
+		var name string
+		require.NoError(t, rows.Scan(&version, &name, &compatible))
+		got = append(got, fmt.Sprint(version, " ", name, " ", compatible))
+	}
+	require.NoError(t, rows.Err())
+	require.NotEmpty(t, got, "a version is recorded")
+	return got
 }

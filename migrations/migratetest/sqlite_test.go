@@ -123,7 +123,7 @@ func TestSQLiteMigrations(t *testing.T) {
 	refDB := openSQLite(t, filepath.Join(t.TempDir(), "ref.db"))
 	require.NoError(t, newStore(refDB).CreateSchema(ctx))
 	want := sqliteCatalog(t, refDB)
-	require.Len(t, want.Tables, 3, "schema/sqlite.sql creates the inbox table, its attempts table and the offsets table")
+	require.Len(t, want.Tables, 4, "schema/sqlite.sql creates the inbox table, its attempts table, the offsets table and the version table")
 	require.NotEmpty(t, want.Indexes)
 
 	for _, tl := range sqliteTools {
@@ -137,6 +137,8 @@ func TestSQLiteMigrations(t *testing.T) {
 
 			require.NoError(t, tl.up(t, path))
 			require.Equal(t, want, sqliteCatalog(t, db), "the migrations make what schema/sqlite.sql makes")
+			require.Equal(t, versionRows(t, refDB, func(s string) string { return `"` + s + `"` }), versionRows(t, db, func(s string) string { return `"` + s + `"` }),
+				"the migrations record the versions schema/sqlite.sql records")
 			_, err = inbox.New(inbox.Config{Store: newStore(db)})
 			require.NoError(t, err, "inbox.New accepts the migrated tables")
 			require.NoError(t, newStore(db).VerifyOffsets(ctx), "and offset mode its offsets table")

@@ -1,0 +1,22 @@
+-- +goose Up
+-- Generated from the golang-migrate files by migratetest (go test -update); do not edit.
+-- The inbox records the version of its tables (ADR 134): one row per version applied,
+-- with the oldest version whose code runs on tables at that version. inbox.New refuses
+-- tables older than its code, naming "inbox migrate up". Versions 1 to 3 are recorded
+-- here for the tables they made; every later migration inserts its own row.
+
+CREATE TABLE IF NOT EXISTS "inbox_schema" (
+    version    integer NOT NULL PRIMARY KEY,
+    name       text NOT NULL,
+    compatible integer NOT NULL,  -- the oldest version whose code runs on these tables
+    applied_at timestamptz NOT NULL DEFAULT now()
+);
+
+INSERT INTO "inbox_schema" (version, name, compatible) VALUES
+    (1, 'inbox', 1), (2, 'attempts_per_delivery', 2), (3, 'offsets', 2), (4, 'schema_version', 2)
+    ON CONFLICT (version) DO NOTHING;
+
+-- +goose Down
+-- Drops the record of the tables' version; the tables are unchanged.
+
+DROP TABLE IF EXISTS "inbox_schema";
