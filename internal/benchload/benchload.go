@@ -824,3 +824,27 @@ func (t *Target) sessionIsolation(ctx context.Context) (Op, error) {
 	}
 	return t.behind(ib), nil
 }
+
+// ProcessedAtIndex replaces, by hand, the B-tree on the Target's inbox table's
+// processed_at (the index the purge reads) with another kind: "brin" (a BRIN index,
+// pages_per_range as PostgreSQL defaults it), "none", or "btree" (nothing changes).
+// PostgreSQL only. It measures what the index costs each key's INSERT and the purge,
+// without changing the schema the stores create (docs/benchmarks.md).
+func (t *Target) ProcessedAtIndex(ctx context.Context, kind string) error {
+	if kind == "" || kind == "btree" {
+		return nil
+	}
+	if t.Flavour != "pgx" && t.Flavour != "sqlpg" {
+		return fmt.Errorf("processed_at index %q: PostgreSQL only, not %s", kind, t.Flavour)
+	}
+	idx := pgx.Identifier{t.InboxTable + "_processed_at"}.Sanitize()
+	q := `DROP INDEX ` + idx
+	switch kind {
+	case "brin":
+		q += `; CREATE INDEX ` + idx + ` ON ` + t.quote(t.InboxTable) + ` USING brin (processed_at)`
+	case "none":
+	default:
+		return fmt.Errorf("processed_at index %q: use btree, brin or none", kind)
+	}
+	return t.Exec(ctx, q)
+}

@@ -20,14 +20,22 @@ import (
 // A duplicate key rolls back without running the handler and, with an output, reads
 // the stored one, as the store does (replayed). It is the floor the message
 // path is measured against (-compare handwritten:inbox), and inboxhttp's with an output.
-func (t *Target) handWrittenPgx(ctx context.Context, key string, output []byte) (stored []byte, replayed bool, err error) {
+//
+// fingerprint, when not nil, goes into the INSERT as the store writes it, a hex bytea
+// literal (HandWrittenFP); nil writes NULL, as Inbox.Process and ProcessResult without
+// one do.
+func (t *Target) handWrittenPgx(ctx context.Context, key string, output, fingerprint []byte) (stored []byte, replayed bool, err error) {
 	c, err := t.Pool.Acquire(ctx)
 	if err != nil {
 		return nil, false, err
 	}
 	defer c.Release()
+	fp := "NULL"
+	if fingerprint != nil {
+		fp = `'\x` + hex.EncodeToString(fingerprint) + `'::bytea`
+	}
 	begin := "begin isolation level read committed; INSERT INTO " + pgx.Identifier{t.InboxTable}.Sanitize() +
-		" (consumer, key, fingerprint) VALUES ('handwritten', '" + strings.ReplaceAll(key, "'", "''") + "', NULL)"
+		" (consumer, key, fingerprint) VALUES ('handwritten', '" + strings.ReplaceAll(key, "'", "''") + "', " + fp + ")"
 	tx, err := c.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted, BeginQuery: begin})
 	if err != nil {
 		var pgErr *pgconn.PgError
@@ -76,7 +84,7 @@ func (t *Target) handWrittenPgx(ctx context.Context, key string, output []byte) 
 // HandWrittenHTTP / Baseline the floor of its SQL.
 func (t *Target) HandWrittenHTTP(ctx context.Context, key string, output []byte) (stored []byte, replayed bool, err error) {
 	if t.Flavour == "pgx" {
-		return t.handWrittenPgx(ctx, key, output)
+		return t.handWrittenPgx(ctx, key, output, nil)
 	}
 	if !t.mysql() {
 		return nil, false, fmt.Errorf("handwritten HTTP: pgx, mariadb or mysql, not %s", t.Flavour)
@@ -127,5 +135,16 @@ func (t *Target) prepareHandWritten(ctx context.Context) error {
 		return err
 	}
 	t.hwStored, err = t.DB.PrepareContext(ctx, "SELECT `output` FROM "+table+" WHERE `consumer` = ? AND `key` = ?")
+	return err
+}
+
+// HandWrittenFP is HandWritten on pgx with the fingerprint the middleware stores by
+// default for an empty payload (its SHA-256) in the key's INSERT: the same SQL as the
+// middleware's message path, with none of the library's code.
+func (t *Target) HandWrittenFP(ctx context.Context, key string) error {
+	if t.Flavour != "pgx" {
+		return fmt.Errorf("handwrittenfp: pgx only, not %s", t.Flavour)
+	}
+	_, _, err := t.handWrittenPgx(ctx, key, nil, emptyPayloadFingerprint)
 	return err
 }
