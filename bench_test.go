@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -90,16 +91,32 @@ func BenchmarkOverhead(b *testing.B) {
 // BenchmarkFloor: the message path on pgx against the same SQL written by hand
 // (benchload's HandWritten: the key's INSERT folded into the BEGIN, the handler's
 // UPDATE, COMMIT), so that the ratio is what the library's Go code costs beyond its SQL.
+// Three pairs: process, Inbox.Process (no fingerprint) against the SQL writing NULL;
+// middleware, the handler behind Inbox.Middleware with the default Config against the
+// SQL writing the 32-byte fingerprint the middleware stores for an empty payload; and
+// fingerprint, the middleware with PayloadFingerprint against the same with
+// NoFingerprint, what storing the fingerprint costs (issue 31).
 func BenchmarkFloor(b *testing.B) {
 	for _, workers := range []int{1, 8} {
-		b.Run(fmt.Sprintf("pgx/workers=%d", workers), func(b *testing.B) {
-			pool, db := benchDB(b, "pgx", false)
-			tgt := benchTarget(b, pool, db, "pgx", 1, "")
-			b.ResetTimer()
-			ab, err := benchload.Paired(context.Background(), workers, b.N, 0, tgt.HandWritten, tgt.WithInbox)
-			require.NoError(b, err)
-			reportAB(b, ab, "handwritten", "inbox")
-		})
+		for _, pair := range []string{"process", "middleware", "fingerprint"} {
+			b.Run(fmt.Sprintf("pgx/workers=%d/%s", workers, pair), func(b *testing.B) {
+				pool, db := benchDB(b, "pgx", false)
+				tgt := benchTarget(b, pool, db, "pgx", 1, "")
+				dflt, fp, nofp, err := tgt.MiddlewareOps()
+				require.NoError(b, err)
+				base, cand, names := benchload.Op(tgt.HandWritten), benchload.Op(tgt.WithInbox), [2]string{"handwritten", "inbox"}
+				switch pair {
+				case "middleware":
+					base, cand, names = tgt.HandWrittenFP, dflt, [2]string{"handwrittenfp", "middleware"}
+				case "fingerprint":
+					base, cand, names = nofp, fp, [2]string{"nofingerprint", "fingerprint"}
+				}
+				b.ResetTimer()
+				ab, err := benchload.Paired(context.Background(), workers, b.N, 0, base, cand)
+				require.NoError(b, err)
+				reportAB(b, ab, names[0], names[1])
+			})
+		}
 	}
 }
 
@@ -250,12 +267,17 @@ func BenchmarkTableSize(b *testing.B) {
 
 // BenchmarkPurge: Store.PurgeBatch in a loop over old keys (1 M with INBOX_BENCH_FULL=1,
 // 20 k otherwise) while 8 workers consume; keys deleted per second, and the workers'
-// p50/p99 latency during the purge against the same time idle.
+// p50/p99 latency during the purge against the same time idle. pgx-brin is pgx with the
+// processed_at B-tree replaced by hand with a BRIN index, pgx-none with no index at all
+// (the purge then reads the heap in its physical order, oldest rows first; issue 31:
+// measured, the schema unchanged).
 func BenchmarkPurge(b *testing.B) {
-	for _, flavour := range []string{"pgx", "mariadb"} {
-		b.Run(flavour, func(b *testing.B) {
+	for _, name := range []string{"pgx", "pgx-brin", "pgx-none", "mariadb"} {
+		b.Run(name, func(b *testing.B) {
+			flavour, index, _ := strings.Cut(name, "-")
 			pool, db := benchDB(b, flavour, false)
 			tgt := benchTarget(b, pool, db, flavour, 1, "")
+			require.NoError(b, tgt.ProcessedAtIndex(context.Background(), index))
 			ctx := context.Background()
 			old := 20_000
 			if benchFull() {

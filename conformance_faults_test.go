@@ -22,7 +22,8 @@ import (
 // flavour declares: claim, the handler's statement, the stored output, the commit, the
 // attempt's start and end, the read of a replay's stored row, the Deduplicator's
 // check), either after the server ran the command and before the client read its
-// reply, or before the command reached the server. Then the message is redelivered as a broker would, until it is acked, and the
+// reply, or before the command reached the server; and, for the stored output, between
+// it and the COMMIT pipelined after it (netfault.BeforeNext). Then the message is redelivered as a broker would, until it is acked, and the
 // ledger must be exact: the effect applied once, the key stored once, the output
 // published with the ack (produced, or replayed by a duplicate), and no healthy message
 // refused. docs/reliability.md describes the model.
@@ -112,6 +113,13 @@ func faultCases(steps map[faultStep]netfault.Step) []faultCase {
 		add(faultCase{step: stepReadStored, mode: mode, maxAttempts: faultAxisMaxAttempts, copies: 1, replay: true})
 		add(faultCase{step: stepReadStored, mode: mode, copies: 3, replay: true})
 	}
+	// The folded step: the stored output's UPDATE reaches the server and its COMMIT never
+	// does, though pgx sends them in one pipeline (the connection ends between the two;
+	// on the stores that send them apart, after the UPDATE ran). The output must never be
+	// committed without the handler's writes, nor the reverse (issue 31).
+	add(faultCase{step: stepOutput, mode: netfault.BeforeNext, copies: 1})
+	add(faultCase{step: stepOutput, mode: netfault.BeforeNext, maxAttempts: faultAxisMaxAttempts, copies: 1})
+	add(faultCase{step: stepOutput, mode: netfault.BeforeNext, maxAttempts: faultAxisMaxAttempts, copies: 3})
 	return cases
 }
 

@@ -34,7 +34,13 @@ type httpTarget struct {
 	// handwritten sends inbox's SQL for a new request, written by hand
 	// (benchload.HandWrittenHTTP): the floor of inboxhttp's SQL, without the library.
 	handwritten string
-	client      *http.Client
+	// multi sends the same SQL with the fewest round trips the server allows, which
+	// database/sql does not let a library send (benchload.HandWrittenHTTPMulti, MariaDB
+	// and MySQL); on pgx, the same round trips as handwritten with the response's UPDATE
+	// and the COMMIT as one simple query instead of a pipeline
+	// (benchload.HandWrittenHTTPSimple).
+	multi  string
+	client *http.Client
 }
 
 // newHTTPTarget opens the flavour's database: pgx, mariadb, or a variant of either:
@@ -121,6 +127,36 @@ func newHTTPTarget(b *testing.B, flavour string) *httpTarget {
 		}
 	}))
 	b.Cleanup(handwritten.Close)
+	multi := ""
+	if flavour == "pgx" {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			key, _ := inboxhttp.IdempotencyKey(r, nil)
+			body := fmt.Sprintf(`{"id":%q,"status":"applied"}`, key)
+			const header = "\x01\x00\xc9\x01\x0cContent-Type\x10application/json"
+			if err := tgt.HandWrittenHTTPSimple(r.Context(), key, append([]byte(header), body...)); err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+			reply(w, key)
+		}))
+		b.Cleanup(srv.Close)
+		multi = srv.URL
+	} else {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			key, _ := inboxhttp.IdempotencyKey(r, nil)
+			body := fmt.Sprintf(`{"id":%q,"status":"applied"}`, key)
+			const header = "\x01\x00\xc9\x01\x0cContent-Type\x10application/json"
+			if err := tgt.HandWrittenHTTPMulti(r.Context(), key, append([]byte(header), body...)); err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+			reply(w, key)
+		}))
+		b.Cleanup(srv.Close)
+		multi = srv.URL
+	}
 	ib := tgt.Inbox
 	if session {
 		store, err := inbox.NewMySQLStore(db, inbox.MySQLConfig{Table: tgt.InboxTable, SessionIsolation: true})
@@ -150,7 +186,7 @@ func newHTTPTarget(b *testing.B, flavour string) *httpTarget {
 	b.Cleanup(withInbox.Close)
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	b.Cleanup(client.CloseIdleConnections)
-	return &httpTarget{tgt: tgt, plain: plain.URL, inbox: withInbox.URL, empty: empty.URL, handwritten: handwritten.URL, client: client}
+	return &httpTarget{tgt: tgt, plain: plain.URL, inbox: withInbox.URL, empty: empty.URL, handwritten: handwritten.URL, multi: multi, client: client}
 }
 
 // op returns the Op that POSTs to url with the key, expecting 201 (replayed or not).
@@ -193,7 +229,7 @@ var (
 // over plain.
 func BenchmarkHTTP(b *testing.B) {
 	for _, flavour := range httpFlavours {
-		for _, workers := range []int{1, 16} {
+		for _, workers := range []int{1, 8, 16} {
 			b.Run(fmt.Sprintf("%s/workers=%d", flavour, workers), func(b *testing.B) {
 				h := newHTTPTarget(b, flavour)
 				b.ResetTimer()
@@ -210,10 +246,14 @@ func BenchmarkHTTP(b *testing.B) {
 // BenchmarkHTTPFloor splits BenchmarkHTTP's ratio in two: inboxhttp against the same SQL
 // written by hand (the library's own cost on the HTTP path), and that SQL against the
 // plain handler (the floor of the SQL inboxhttp must send: the key's row, the stored
-// response and, on MariaDB and MySQL, the round trips database/sql cannot fold).
+// response and, on MariaDB and MySQL, the round trips database/sql cannot fold). On
+// MariaDB a third pair, multi/plain, is the same SQL with the round trips folded as
+// database/sql does not allow (benchload.HandWrittenHTTPMulti): what the floor would be
+// if it did; on pgx, simple/handwritten compares the response's UPDATE and the COMMIT
+// sent as one simple query with the pipeline the store sends (issue 31).
 func BenchmarkHTTPFloor(b *testing.B) {
 	for _, flavour := range []string{"pgx", "mariadb", "mariadb-rc"} {
-		for _, workers := range []int{1, 16} {
+		for _, workers := range []int{1, 8, 16} {
 			b.Run(fmt.Sprintf("%s/workers=%d", flavour, workers), func(b *testing.B) {
 				h := newHTTPTarget(b, flavour)
 				b.ResetTimer()
@@ -223,6 +263,15 @@ func BenchmarkHTTPFloor(b *testing.B) {
 				require.NoError(b, err)
 				b.ReportMetric(lib.Ratio(), "inbox/handwritten")
 				b.ReportMetric(sql.Ratio(), "handwritten/plain")
+				if strings.HasPrefix(flavour, "pgx") {
+					simple, err := benchload.Paired(context.Background(), workers, b.N, 0, h.op(h.handwritten, false), h.op(h.multi, false))
+					require.NoError(b, err)
+					b.ReportMetric(simple.Ratio(), "simple/handwritten")
+				} else {
+					multi, err := benchload.Paired(context.Background(), workers, b.N, 0, h.op(h.plain, false), h.op(h.multi, false))
+					require.NoError(b, err)
+					b.ReportMetric(multi.Ratio(), "multi/plain")
+				}
 			})
 		}
 	}

@@ -37,8 +37,9 @@ func main() {
 	mode := flag.String("mode", "paired", "paired: every worker alternates plain and inbox op by op; rounds: A/B/A/B rounds of -duration")
 	out := flag.String("out", "", "CSV of every round (default stdout)")
 	summary := flag.String("summary", "", "CSV of the medians per setting")
-	compare := flag.String("compare", "plain:inbox", "baseline:candidate among plain, plainrc (plain asking for READ COMMITTED explicitly), inbox, unfolded (the store without its shortcut: pgx, mariadb, mysql), brin and noindex (pgx: the inbox table's processed_at index as BRIN, or none), sessioniso (mariadb, mysql: MySQLConfig.SessionIsolation), handwritten (sqlite, pgx: the inbox's statements written by hand, the floor; on sqlite over one connection), handwrittenpool (the same over the pool of 20), offsets (offset mode, one message at a time), and per op of -batch messages singles (one inbox transaction each), batch (Inbox.ProcessBatch), offsetbatch (Inbox.ProcessOffsets, records of one partition) and plainbatch (the batch in a plain transaction)")
+	compare := flag.String("compare", "plain:inbox", "baseline:candidate among plain, plainrc (plain asking for READ COMMITTED explicitly), inbox, unfolded (the store without its shortcut: pgx, mariadb, mysql), brin and noindex (pgx: the inbox table's processed_at index as BRIN, or none), sessioniso (mariadb, mysql: MySQLConfig.SessionIsolation), handwritten (sqlite, pgx: the inbox's statements written by hand, the floor; on sqlite over one connection), handwrittenpool (the same over the pool of 20), handwrittenfp (pgx: handwritten with the 32-byte fingerprint the middleware stores), middleware (the handler behind Inbox.Middleware, the default Config), middlewarefp and middlewarenofp (the same with PayloadFingerprint, and with NoFingerprint), offsets (offset mode, one message at a time), and per op of -batch messages singles (one inbox transaction each), batch (Inbox.ProcessBatch), offsetbatch (Inbox.ProcessOffsets, records of one partition) and plainbatch (the batch in a plain transaction)")
 	batchSize := flag.Int("batch", 100, "messages per op of singles, batch and plainbatch")
+	index := flag.String("index", "btree", "the inbox table's processed_at index, replaced by hand after the schema is created (PostgreSQL): btree (as created), brin or none")
 	flag.Parse()
 
 	var w io.Writer = os.Stdout
@@ -70,7 +71,15 @@ func main() {
 				closeFn()
 				log.Fatalf("%s: %v", flavour, err)
 			}
-			ops := map[string]benchload.Op{"plain": tgt.Baseline, "plainrc": tgt.BaselineRC, "inbox": tgt.WithInbox, "unfolded": tgt.WithUnfolded, "handwritten": tgt.HandWritten, "handwrittenpool": tgt.HandWrittenPool, "offsets": tgt.WithOffsets}
+			if err := tgt.ProcessedAtIndex(ctx, *index); err != nil {
+				_ = tgt.Drop(ctx, true)
+				closeFn()
+				log.Fatalf("-index: %v", err)
+			}
+			ops := map[string]benchload.Op{"plain": tgt.Baseline, "plainrc": tgt.BaselineRC, "inbox": tgt.WithInbox, "unfolded": tgt.WithUnfolded, "handwritten": tgt.HandWritten, "handwrittenpool": tgt.HandWrittenPool, "handwrittenfp": tgt.HandWrittenFP, "offsets": tgt.WithOffsets}
+			if ops["middleware"], ops["middlewarefp"], ops["middlewarenofp"], err = tgt.MiddlewareOps(); err != nil {
+				log.Fatal(err)
+			}
 			ops["singles"], ops["batch"], ops["plainbatch"] = tgt.BatchOps(*batchSize)
 			ops["offsetbatch"] = tgt.WithOffsetBatch(*batchSize)
 			baseName, candName, _ := strings.Cut(*compare, ":")
@@ -83,7 +92,7 @@ func main() {
 			}
 			base, cand := ops[baseName], ops[candName]
 			if base == nil || cand == nil {
-				log.Fatalf("-compare %q: use baseline:candidate among plain, plainrc, inbox, unfolded, brin, noindex, sessioniso, handwritten, handwrittenpool, offsets, singles, batch, offsetbatch, plainbatch", *compare)
+				log.Fatalf("-compare %q: use baseline:candidate among plain, plainrc, inbox, unfolded, brin, noindex, sessioniso, handwritten, handwrittenpool, handwrittenfp, middleware, middlewarefp, middlewarenofp, offsets, singles, batch, offsetbatch, plainbatch", *compare)
 			}
 			for _, ws := range strings.Split(*workers, ",") {
 				n, err := strconv.Atoi(ws)

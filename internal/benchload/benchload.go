@@ -67,6 +67,13 @@ type Target struct {
 	hwErr                        error
 	hwOpts                       *sql.TxOptions
 	hwInsert, hwOutput, hwStored *sql.Stmt
+
+	// multi is a second handle on the MariaDB or MySQL database, its DSN with
+	// multiStatements=true, for HandWrittenHTTPMulti; opened once.
+	multiOnce sync.Once
+	multiErr  error
+	multi     *sql.DB
+	multiRC   bool // the session is at READ COMMITTED already
 }
 
 func (t *Target) mysql() bool { return t.Flavour == "mariadb" || t.Flavour == "mysql" }
@@ -205,6 +212,9 @@ func (t *Target) Drop(ctx context.Context, dropInbox bool) error {
 	if t.one != nil {
 		_ = t.one.Close()
 	}
+	if t.multi != nil {
+		_ = t.multi.Close()
+	}
 	tables := append([]string{t.accounts, t.log, t.naive}, t.variants...)
 	if dropInbox {
 		tables = append(tables, t.InboxTable, t.InboxTable+"_attempts", t.InboxTable+"_offsets")
@@ -227,7 +237,14 @@ var logID atomic.Int64
 
 func init() { logID.Store(time.Now().UnixNano()) }
 
-// work runs the handler's statements in tx (a pgx.Tx or a *sql.Tx).
+// sqlRunner is a *sql.Tx, or the *sql.Conn of a transaction begun by hand
+// (HandWrittenHTTPMulti).
+type sqlRunner interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// work runs the handler's statements in tx (a pgx.Tx, a *sql.Tx or a sqlRunner).
 func (t *Target) work(ctx context.Context, tx any, key string) error {
 	id := account(key)
 	upd := `UPDATE ` + t.quote(t.accounts) + ` SET n = n + 1 WHERE id = ` + t.ph(1)
@@ -243,7 +260,7 @@ func (t *Target) work(ctx context.Context, tx any, key string) error {
 		}
 		var n int64
 		return tx.QueryRow(ctx, sel, id).Scan(&n)
-	case *sql.Tx:
+	case sqlRunner:
 		if _, err := tx.ExecContext(ctx, upd, id); err != nil || t.Stmts == 1 {
 			return err
 		}
@@ -823,4 +840,28 @@ func (t *Target) sessionIsolation(ctx context.Context) (Op, error) {
 		return nil, err
 	}
 	return t.behind(ib), nil
+}
+
+// ProcessedAtIndex replaces, by hand, the B-tree on the Target's inbox table's
+// processed_at (the index the purge reads) with another kind: "brin" (a BRIN index,
+// pages_per_range as PostgreSQL defaults it), "none", or "btree" (nothing changes).
+// PostgreSQL only. It measures what the index costs each key's INSERT and the purge,
+// without changing the schema the stores create (docs/benchmarks.md).
+func (t *Target) ProcessedAtIndex(ctx context.Context, kind string) error {
+	if kind == "" || kind == "btree" {
+		return nil
+	}
+	if t.Flavour != "pgx" && t.Flavour != "sqlpg" {
+		return fmt.Errorf("processed_at index %q: PostgreSQL only, not %s", kind, t.Flavour)
+	}
+	idx := pgx.Identifier{t.InboxTable + "_processed_at"}.Sanitize()
+	q := `DROP INDEX ` + idx
+	switch kind {
+	case "brin":
+		q += `; CREATE INDEX ` + idx + ` ON ` + t.quote(t.InboxTable) + ` USING brin (processed_at)`
+	case "none":
+	default:
+		return fmt.Errorf("processed_at index %q: use btree, brin or none", kind)
+	}
+	return t.Exec(ctx, q)
 }

@@ -62,7 +62,7 @@ func (t *Target) sqliteAccounts() string {
 // code. On pgx, handWrittenPgx.
 func (t *Target) HandWritten(ctx context.Context, key string) error {
 	if t.Flavour == "pgx" {
-		_, _, err := t.handWrittenPgx(ctx, key, nil)
+		_, _, err := t.handWrittenPgx(ctx, key, nil, nil)
 		return err
 	}
 	db, err := t.oneConn(ctx)

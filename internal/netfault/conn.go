@@ -22,6 +22,10 @@ type command struct {
 	// replies is how many replies the server owes for it: 1 at a synchronisation point
 	// (a PostgreSQL Sync or simple query, a MySQL command, a Redis command), else 0.
 	replies int
+	// start is where the command's first message begins in the write that completed it
+	// (PostgreSQL; 0 where the tracker does not say, or when it began in an earlier
+	// write): BeforeNext cuts a write there.
+	start int
 }
 
 // conn is a connection an armed fault can break.
@@ -102,11 +106,15 @@ func (c *conn) Write(p []byte) (int, error) {
 	}
 
 	var f *Fault
-	after := 0 // replies owed from the struck command to the end of the write
+	after := 0    // replies owed from the struck command to the end of the write
+	cut := len(p) // BeforeNext: where the next statement after the struck one begins
 	for _, cmd := range c.followSent(p) {
 		c.owed += cmd.replies
 		if f != nil {
 			after += cmd.replies
+			if cmd.exec && cmd.start > 0 && cut == len(p) {
+				cut = cmd.start
+			}
 		} else if cmd.exec {
 			if f = c.in.strike(c, cmd.text); f != nil {
 				after = cmd.replies
@@ -116,6 +124,15 @@ func (c *conn) Write(p []byte) (int, error) {
 	if f == nil {
 		c.mu.Unlock()
 		return c.Conn.Write(p)
+	}
+	if f.mode == BeforeNext {
+		c.broken = true
+		c.mu.Unlock()
+		_, _ = c.Conn.Write(p[:cut])
+		drainUntilClosed(c.Conn)
+		_ = c.Conn.Close()
+		f.fire(nil)
+		return len(p), nil // into the socket, as far as the client can tell
 	}
 	if f.mode == BeforeSend {
 		c.broken = true
@@ -243,4 +260,22 @@ func (c *conn) deadline(set func() error) error {
 		return nil
 	}
 	return set()
+}
+
+// drainUntilClosed ends the writing side of nc and reads, discarding it, what the server
+// still sends until it closes the connection (or 10 s pass): so the server has read and
+// run everything that was written before it saw the end, and no reset (a close with
+// unread data) overtakes it.
+func drainUntilClosed(nc net.Conn) {
+	hc, ok := nc.(interface{ CloseWrite() error })
+	if !ok || hc.CloseWrite() != nil {
+		return
+	}
+	_ = nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	buf := make([]byte, 4096)
+	for {
+		if _, err := nc.Read(buf); err != nil {
+			return
+		}
+	}
 }

@@ -18,6 +18,9 @@
 //     driver that resends (go-redis does) turns into a second run.
 //   - BeforeSend drops the write that carries the command and breaks the connection: the
 //     server never sees it.
+//   - BeforeNext sends the write up to the statement after the command, drops the rest
+//     and breaks the connection: in a pipeline, the server runs the command and never
+//     gets the next one (the stored output's UPDATE without its COMMIT).
 //
 // Either way the client's write succeeds, as a write into a socket does, and its next
 // read fails with "connection reset by peer"; the server sees the connection end.
@@ -69,6 +72,14 @@ const (
 	// BeforeSend drops the write that carries the command and breaks the connection: the
 	// command never reaches the server.
 	BeforeSend
+	// BeforeNext lets the struck command reach the server with what its write carries
+	// up to the next statement, drops the rest of the write, and ends the connection
+	// once the server has read what it got (it closes its side at the end of its input):
+	// in a PostgreSQL pipeline (the stored output's UPDATE and the COMMIT in one batch)
+	// the server runs the first and never gets the second. A write that carries no
+	// statement after the struck one goes whole: the server runs it, and the client
+	// never reads the reply.
+	BeforeNext
 )
 
 // String returns the mode's name, as the fault axis's test names use it.
@@ -78,6 +89,8 @@ func (m Mode) String() string {
 		return "after-reply"
 	case BeforeSend:
 		return "before-send"
+	case BeforeNext:
+		return "before-next"
 	}
 	return fmt.Sprintf("Mode(%d)", int(m))
 }

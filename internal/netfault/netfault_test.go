@@ -117,6 +117,24 @@ func TestPostgres(t *testing.T) {
 	requireReset(t, err)
 	requireFired(t, f, "commit")
 	require.Equal(t, 6, count(), "committed")
+
+	// BeforeNext: a pipeline cut after the struck statement. The server ran it (the
+	// sequence, which no rollback undoes, moved once) and never got the next one.
+	seq := sqltest.Name("netfault_seq")
+	_, err = direct.Exec(`CREATE SEQUENCE ` + seq)
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = direct.Exec(`DROP SEQUENCE IF EXISTS ` + seq) })
+	f = in.Arm(netfault.Step{Match: netfault.Contains("nextval")}, netfault.BeforeNext)
+	batch = &pgx.Batch{}
+	batch.Queue(`SELECT nextval('` + seq + `')`)
+	batch.Queue(`SELECT nextval('` + seq + `') + 0`)
+	requireReset(t, connect().SendBatch(ctx, batch).Close())
+	requireFired(t, f, "nextval")
+	var last int64
+	var called bool
+	require.NoError(t, direct.QueryRow(`SELECT last_value, is_called FROM `+seq).Scan(&last, &called))
+	require.True(t, called, "the struck statement ran")
+	require.Equal(t, int64(1), last, "the statement after it never reached the server")
 	require.NoError(t, in.Err())
 }
 

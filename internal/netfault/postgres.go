@@ -31,7 +31,9 @@ const (
 )
 
 func (t *postgresTracker) sent(p []byte) ([]command, error) {
+	begun := len(t.cbuf) // bytes of earlier writes not yet read: p begins there
 	t.cbuf = append(t.cbuf, p...)
+	read := 0 // bytes of t.cbuf read by the loop
 	var cmds []command
 	for {
 		if !t.started { // untyped: int32 length (itself included), int32 code or version
@@ -54,6 +56,7 @@ func (t *postgresTracker) sent(p []byte) ([]command, error) {
 				cmds = append(cmds, command{replies: 1}) // answered by the first ReadyForQuery
 			}
 			t.cbuf = t.cbuf[n:]
+			read += n
 			continue
 		}
 		typ, body, ok, err := pgMessage(t.cbuf)
@@ -62,14 +65,14 @@ func (t *postgresTracker) sent(p []byte) ([]command, error) {
 		}
 		switch typ {
 		case 'Q':
-			cmds = append(cmds, command{text: cString(body), exec: true, replies: 1})
+			cmds = append(cmds, command{text: cString(body), exec: true, replies: 1, start: max(0, read-begun)})
 		case 'P':
 			name, rest := cutCString(body)
 			t.stmts[name] = cString(rest)
 		case 'B':
 			_, rest := cutCString(body) // the portal
 			stmt, _ := cutCString(rest)
-			cmds = append(cmds, command{text: t.stmts[stmt], exec: true})
+			cmds = append(cmds, command{text: t.stmts[stmt], exec: true, start: max(0, read-begun)})
 		case 'C':
 			if len(body) > 0 && body[0] == 'S' {
 				delete(t.stmts, cString(body[1:]))
@@ -78,6 +81,7 @@ func (t *postgresTracker) sent(p []byte) ([]command, error) {
 			cmds = append(cmds, command{replies: 1})
 		}
 		t.cbuf = t.cbuf[5+len(body):]
+		read += 5 + len(body)
 	}
 	t.cbuf = compact(t.cbuf)
 	return cmds, nil
