@@ -111,11 +111,5 @@ func run() error {
 	if err := exampleenv.RunUntil(ctx, router, "the second delivery did not arrive", func() bool { return duplicates.Load() >= 1 }); err != nil {
 		return err
 	}
-
-	total, err := ledger.AppliedOnce(ctx, msgUUID)
-	if err != nil {
-		return err
-	}
-	fmt.Printf("6. ledger: 1 row for message %s, %d credited: applied once\n", msgUUID, total)
-	return nil
+	return ledger.CheckAppliedOnce(ctx, 6, msgUUID)
 }

@@ -200,12 +200,5 @@ func consume(js nats.JetStreamContext, ledger *exampleenv.Ledger, url, stream, d
 		return err
 	}
 
-	for _, id := range []string{msgUUID, plainID} {
-		total, err := ledger.AppliedOnce(context.Background(), id)
-		if err != nil {
-			return err
-		}
-		fmt.Printf("6. ledger: 1 row for %s, %d credited: applied once\n", id, total)
-	}
-	return nil
+	return ledger.CheckAppliedOnce(context.Background(), 6, msgUUID, plainID)
 }

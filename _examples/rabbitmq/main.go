@@ -125,14 +125,7 @@ func run() error {
 		return err
 	}
 
-	for _, ref := range []string{msgUUID, invoiceID} {
-		total, err := ledger.AppliedOnce(ctx, ref)
-		if err != nil {
-			return err
-		}
-		fmt.Printf("5. ledger: 1 row for message %s, %d credited: applied once\n", ref, total)
-	}
-	return nil
+	return ledger.CheckAppliedOnce(ctx, 5, msgUUID, invoiceID)
 }
 
 // publishPlain publishes p times times with amqp091 directly, as a non-Watermill

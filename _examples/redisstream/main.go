@@ -185,12 +185,5 @@ func run() error {
 		return err
 	}
 
-	for _, id := range []string{msgUUID, eventID} {
-		total, err := ledger.AppliedOnce(ctx, id)
-		if err != nil {
-			return err
-		}
-		fmt.Printf("5. ledger: 1 row for %s, %d credited: applied once\n", id, total)
-	}
-	return nil
+	return ledger.CheckAppliedOnce(ctx, 5, msgUUID, eventID)
 }

@@ -124,17 +124,20 @@ func Credit(ctx context.Context, tx pgx.Tx, ref string, payload []byte) (account
 	return account, amount, nil
 }
 
-// AppliedOnce returns the amount credited under ref, and an error unless exactly one
-// ledger row holds it.
-func (l *Ledger) AppliedOnce(ctx context.Context, ref string) (amount int, err error) {
-	var rows int
-	if err := l.Pool.QueryRow(ctx, `SELECT count(*), coalesce(sum(amount), 0) FROM example_ledger WHERE message_uuid = $1`, ref).Scan(&rows, &amount); err != nil {
-		return 0, err
+// CheckAppliedOnce checks that the ledger holds exactly one row for each ref, the effect
+// of one message however often it was delivered, and prints it as the example's step.
+func (l *Ledger) CheckAppliedOnce(ctx context.Context, step int, refs ...string) error {
+	for _, ref := range refs {
+		var rows, amount int
+		if err := l.Pool.QueryRow(ctx, `SELECT count(*), coalesce(sum(amount), 0) FROM example_ledger WHERE message_uuid = $1`, ref).Scan(&rows, &amount); err != nil {
+			return err
+		}
+		if rows != 1 {
+			return fmt.Errorf("ledger: %d rows for message %s, where the inbox should have let one through", rows, ref)
+		}
+		fmt.Printf("%d. ledger: 1 row for message %s, %d credited: applied once\n", step, ref, amount)
 	}
-	if rows != 1 {
-		return amount, fmt.Errorf("ledger: %d rows for message %s, where the inbox should have let one through", rows, ref)
-	}
-	return amount, nil
+	return nil
 }
 
 // RunUntil runs router until done reports true, for a minute at most, then stops it and
