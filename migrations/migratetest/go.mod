@@ -1,9 +1,9 @@
 module github.com/watermill-inbox/inbox/migrations/migratetest
 
-go 1.26.4
+go 1.26.0
 
 require (
-	ariga.io/atlas v1.3.0
+	ariga.io/atlas v0.32.1-0.20250325101103-175b25e1c1b9
 	github.com/golang-migrate/migrate/v4 v4.20.1
 	github.com/pressly/goose/v3 v3.30.1
 	github.com/stretchr/testify v1.12.1
@@ -38,7 +38,6 @@ require (
 	github.com/oklog/ulid v1.3.1 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
-	github.com/rogpeppe/go-internal v1.16.0 // indirect
 	github.com/sethvargo/go-retry v0.5.0 // indirect
 	github.com/sony/gobreaker v1.0.0 // indirect
 	github.com/zclconf/go-cty v1.20.0 // indirect
@@ -50,7 +49,6 @@ require (
 	golang.org/x/sys v0.50.0 // indirect
 	golang.org/x/text v0.44.0 // indirect
 	golang.org/x/tools v0.52.0 // indirect
-	gopkg.in/yaml.v3 v3.0.1 // indirect
 	modernc.org/libc v1.80.2 // indirect
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
