@@ -112,7 +112,11 @@ func BenchmarkDuplicates(b *testing.B) {
 				pool, db := benchDB(b, flavour, false)
 				tgt := benchTarget(b, pool, db, flavour, 1, "")
 				ctx := context.Background()
-				done := make(chan string, b.N+workers)
+				// Room for every op: Paired runs 2×b.N ops alternating per worker, and
+				// with few ops and many workers more than b.N of them can be first
+				// deliveries (b.N = 1, 8 workers: both ops may be A). A full channel
+				// hung the run for good: benchmarks run outside go test's -timeout.
+				done := make(chan string, 2*b.N+workers)
 				first := func(ctx context.Context, key string) error {
 					err := tgt.WithInbox(ctx, key)
 					if err == nil {

@@ -50,8 +50,8 @@ _inbox_services() (
 	command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 	if ((${#need[@]})); then
 		echo "services: installing ${need[*]}"
-		run apt-get update -q || die "apt-get update failed"
-		run apt-get install -y -q --no-install-recommends "${need[@]}" ||
+		run "$(dirname "$0")/../scripts/apt-get.sh" update -q || die "apt-get update failed"
+		run "$(dirname "$0")/../scripts/apt-get.sh" install -y -q --no-install-recommends "${need[@]}" ||
 			die "apt-get install ${need[*]} failed"
 	fi
 

@@ -26,7 +26,7 @@ if command -v chromium >/dev/null 2>&1; then
 	exit 0
 fi
 : >"$LOG"
-if ! { apt-get update -q && apt-get install -y -q --no-install-recommends chromium fonts-dejavu-core; } </dev/null >>"$LOG" 2>&1; then
+if ! { "$(dirname "$0")/apt-get.sh" update -q && "$(dirname "$0")/apt-get.sh" install -y -q --no-install-recommends chromium fonts-dejavu-core; } </dev/null >>"$LOG" 2>&1; then
 	echo "chromium: ERROR: apt-get install chromium failed; last lines of $LOG:" >&2
 	tail -n 15 "$LOG" >&2 || true
 	exit 1

@@ -137,8 +137,8 @@ setup() {
 			rm -rf --one-file-system "$ROOT" || fail "cannot remove incomplete chroot $ROOT"
 		fi
 		if ! command -v debootstrap >/dev/null; then
-			apt-get install -y -q --no-install-recommends debootstrap ||
-				{ apt-get update -q && apt-get install -y -q --no-install-recommends debootstrap; } ||
+			"$(dirname "$0")/apt-get.sh" install -y -q --no-install-recommends debootstrap ||
+				{ "$(dirname "$0")/apt-get.sh" update -q && "$(dirname "$0")/apt-get.sh" install -y -q --no-install-recommends debootstrap; } ||
 				fail "cannot install debootstrap with apt-get (see $LOG)"
 		fi
 		local mirror

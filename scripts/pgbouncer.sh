@@ -46,7 +46,7 @@ start() {
   if answers; then echo "pgbouncer: up (127.0.0.1:$PORT, pool_mode=$MODE)"; return; fi
   if [[ ! -x $BIN ]]; then
     [[ $(id -u) == 0 ]] || die "pgbouncer is not installed: apt-get install -y pgbouncer"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends pgbouncer >/dev/null ||
+    "$(dirname "$0")/apt-get.sh" install -y -q --no-install-recommends pgbouncer >/dev/null ||
       die "apt-get install pgbouncer failed"
   fi
   # A leftover from an earlier run that no longer answers: start from scratch.

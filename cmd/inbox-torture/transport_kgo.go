@@ -93,8 +93,17 @@ func (w *worker) kgo(ctx context.Context) error {
 	cfg := inboxkgo.Config{Inbox: w.ib, Consumer: consumer, Offsets: w.o.mode == "offsets", MaxPollRecords: 20,
 		MinBackoff: 20 * time.Millisecond, MaxBackoff: time.Second, Logger: stderrLogger{},
 		Handle: func(ctx context.Context, records []*kgo.Record) error {
-			for _, r := range records {
+			// A batch fails with probability fail-rate, decided first, so that a batch
+			// holding a poison record can fail too (at the poison record, after crediting
+			// the records before it): with -poison, most of a small run's batches hold one.
+			inject := rand.Float64() < w.o.failRate
+			credited := records
+			for n, r := range records {
 				if header(r, poisonHeader) != "" {
+					if inject {
+						credited = records[:n]
+						break
+					}
 					return &inboxkgo.RecordError{Record: r, Err: errPoison}
 				}
 				key := header(r, idHeader)
@@ -106,8 +115,8 @@ func (w *worker) kgo(ctx context.Context) error {
 					return err
 				}
 			}
-			if rand.Float64() < w.o.failRate {
-				for _, r := range records {
+			if inject {
+				for _, r := range credited {
 					report("fail %s %s injected", header(r, idHeader), header(r, copyMetadata))
 				}
 				return errInjected
