@@ -517,3 +517,29 @@ func failOnceThenProcess(t *testing.T, s setup, topic string, sub message.Subscr
 	require.Equal(t, 1, s.ledger.Applied(t, msg.UUID))
 	return all
 }
+
+// skippedAfterCrash consumes in place of a child killed after its commit and before its
+// ack (inbox consumer "ledger", as the child's): the broker delivers msgUUID again, and
+// the inbox must skip it. It returns that delivery, checked to be a duplicate that left
+// the ledger with one row.
+func skippedAfterCrash(t *testing.T, s setup, topic string, sub message.Subscriber, source, msgUUID string) delivery {
+	t.Helper()
+	var outcomes brokertest.Outcomes
+	rec := &recorder{}
+	ib, err := inbox.New(inbox.Config{Store: s.store, Consumer: "ledger", Observer: &outcomes})
+	require.NoError(t, err)
+	runRouter(t, func(r *message.Router) {
+		r.AddMiddleware(rec.middleware, ib.Middleware)
+		r.AddConsumerHandler("restart", topic, sub, func(m *message.Message) error {
+			return s.ledger.Apply(m.Context(), source, m.UUID)
+		})
+	})
+	require.Eventually(t, func() bool { return len(rec.all()) >= 1 }, wait, 10*time.Millisecond)
+
+	got := rec.all()[0]
+	require.Equal(t, msgUUID, got.UUID)
+	require.True(t, isDuplicate(got), "the inbox skipped the redelivery: %+v", got)
+	require.Equal(t, 1, outcomes.Count(inbox.OutcomeDuplicate))
+	require.Equal(t, 1, s.ledger.Applied(t, msgUUID))
+	return got
+}

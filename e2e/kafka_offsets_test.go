@@ -82,20 +82,7 @@ func TestKafkaOffsetsCrashAfterCommitBeforeOffsetCommit(t *testing.T) {
 func TestKafkaOffsetsRebalanceBetweenProcesses(t *testing.T) {
 	t.Parallel()
 	f := startKafkaFlow(t, "offrebalance")
-	args := helperArgs{Broker: "kafka", Brokers: f.brokers, Topic: f.topic, Group: f.group,
-		InboxTable: f.s.inboxTable, LedgerTable: f.s.ledgerTable, Consumer: "ledger", Offsets: true}
-	a := startChild(t, args)
-	a.waitFor(t, "processed", 10)
-	b := startChild(t, args)
-	b.waitFor(t, "processed", 10) // B got partitions: the group rebalanced
-	a.waitFor(t, "processed", a.count("processed")+5)
-	a.kill(t)
-	b.waitFor(t, "processed", b.count("processed")+10) // B took over A's partitions
-	want := f.stopPublishing(t)
-
-	f.awaitApplied(t, want)
-	f.requireAppliedOnce(t, want)
-	require.GreaterOrEqual(t, b.count("duplicate"), 1, "records A acked but never committed came to B and were skipped")
+	a, b, want := rebalanceThenKill(t, f, true)
 	ib := f.s.offsetInbox(t, "ledger", nil)
 	require.Eventually(t, func() bool { return storedNext(t, ib, "ledger") == int64(want) }, wait, 20*time.Millisecond)
 	require.Equal(t, logEnds(t, f.brokers, f.topic), storedNext(t, ib, "ledger"))

@@ -31,26 +31,36 @@ func TestKafkaCrashAfterCommitBeforeOffsetCommit(t *testing.T) {
 	require.GreaterOrEqual(t, outcomes.Count(inbox.OutcomeDuplicate), 1)
 }
 
+// rebalanceThenKill runs the rebalance tests' two consumer processes on f, in key mode
+// or offset mode: A consumes, B joins the group (a rebalance), A goes on with its share
+// in the new generation, acking offsets that stay uncommitted, and is SIGKILLed; B takes
+// over A's partitions. Once publishing stops, every record is applied once, and B has
+// skipped the records A acked and never committed. want is how many were published.
+func rebalanceThenKill(t *testing.T, f *kafkaFlow, offsets bool) (a, b *child, want int) {
+	t.Helper()
+	args := helperArgs{Broker: "kafka", Brokers: f.brokers, Topic: f.topic, Group: f.group,
+		InboxTable: f.s.inboxTable, LedgerTable: f.s.ledgerTable, Consumer: "ledger", Offsets: offsets}
+	a = startChild(t, args)
+	a.waitFor(t, "processed", 10)
+	b = startChild(t, args)
+	b.waitFor(t, "processed", 10) // B got partitions: the group rebalanced
+	a.waitFor(t, "processed", a.count("processed")+5)
+	a.kill(t)
+	b.waitFor(t, "processed", b.count("processed")+10) // B took over A's partitions
+	want = f.stopPublishing(t)
+
+	f.awaitApplied(t, want)
+	f.requireAppliedOnce(t, want)
+	require.GreaterOrEqual(t, b.count("duplicate"), 1, "records A acked but never committed came to B and were skipped")
+	return a, b, want
+}
+
 // Two consumer processes in one group, one joining while records flow (a rebalance), the
 // other then SIGKILLed with acked but uncommitted offsets: every record applied once.
 func TestKafkaRebalanceBetweenProcesses(t *testing.T) {
 	t.Parallel()
 	f := startKafkaFlow(t, "rebalance")
-	args := helperArgs{Broker: "kafka", Brokers: f.brokers, Topic: f.topic, Group: f.group,
-		InboxTable: f.s.inboxTable, LedgerTable: f.s.ledgerTable, Consumer: "ledger"}
-	a := startChild(t, args)
-	a.waitFor(t, "processed", 10)
-	b := startChild(t, args)
-	b.waitFor(t, "processed", 10) // B got partitions: the group rebalanced
-	// A goes on with its share in the new generation, acking offsets that stay uncommitted.
-	a.waitFor(t, "processed", a.count("processed")+5)
-	a.kill(t)
-	b.waitFor(t, "processed", b.count("processed")+10) // B took over A's partitions
-	want := f.stopPublishing(t)
-
-	f.awaitApplied(t, want)
-	f.requireAppliedOnce(t, want)
-	require.GreaterOrEqual(t, b.count("duplicate"), 1, "records A acked but never committed came to B and were skipped")
+	a, b, want := rebalanceThenKill(t, f, false)
 	t.Logf("%d records; A processed %d, B processed %d and skipped %d duplicates", want, a.count("processed"), b.count("processed"), b.count("duplicate"))
 }
 

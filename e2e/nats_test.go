@@ -41,24 +41,8 @@ func TestNATSCrashAfterCommitBeforeAck(t *testing.T) {
 	child.kill(t)
 	require.Equal(t, 1, s.ledger.Applied(t, msg.UUID))
 
-	var outcomes brokertest.Outcomes
-	rec := &recorder{}
-	ib, err := inbox.New(inbox.Config{Store: s.store, Consumer: "ledger", Observer: &outcomes})
-	require.NoError(t, err)
-	runRouter(t, func(r *message.Router) {
-		r.AddMiddleware(rec.middleware, ib.Middleware)
-		r.AddConsumerHandler("restart", c.Stream, natsSubscriber(t, url, c), func(m *message.Message) error {
-			return s.ledger.Apply(m.Context(), "nats", m.UUID)
-		})
-	})
-	require.Eventually(t, func() bool { return len(rec.all()) >= 1 }, wait, 10*time.Millisecond)
-
-	got := rec.all()[0]
-	require.Equal(t, msg.UUID, got.UUID)
+	got := skippedAfterCrash(t, s, c.Stream, natsSubscriber(t, url, c), "nats", msg.UUID)
 	require.Equal(t, "2", got.Metadata[natskey.MetadataNumDelivered], "JetStream redelivered it")
-	require.True(t, isDuplicate(got), "and the inbox skipped it: %+v", got)
-	require.Equal(t, 1, outcomes.Count(inbox.OutcomeDuplicate))
-	require.Equal(t, 1, s.ledger.Applied(t, msg.UUID))
 }
 
 // A message whose handler fails is nacked (Nak), redelivered at once with delivery count

@@ -47,23 +47,7 @@ func TestRedisCrashAfterCommitBeforeAck(t *testing.T) {
 	require.Equal(t, 1, s.ledger.Applied(t, msg.UUID))
 	requirePending(t, url, stream, group, "child", 1)
 
-	var outcomes brokertest.Outcomes
-	rec := &recorder{}
-	ib, err := inbox.New(inbox.Config{Store: s.store, Consumer: "ledger", Observer: &outcomes})
-	require.NoError(t, err)
-	runRouter(t, func(r *message.Router) {
-		r.AddMiddleware(rec.middleware, ib.Middleware)
-		r.AddConsumerHandler("restart", stream, redisSubscriber(t, url, group, "restart"), func(m *message.Message) error {
-			return s.ledger.Apply(m.Context(), "redis", m.UUID)
-		})
-	})
-	require.Eventually(t, func() bool { return len(rec.all()) >= 1 }, wait, 10*time.Millisecond)
-
-	got := rec.all()[0]
-	require.Equal(t, msg.UUID, got.UUID)
-	require.True(t, isDuplicate(got), "the claimed entry is skipped: %+v", got)
-	require.Equal(t, 1, outcomes.Count(inbox.OutcomeDuplicate))
-	require.Equal(t, 1, s.ledger.Applied(t, msg.UUID))
+	skippedAfterCrash(t, s, stream, redisSubscriber(t, url, group, "restart"), "redis", msg.UUID)
 	require.Eventually(t, func() bool { return pendingCount(t, url, stream, group) == 0 }, wait, 10*time.Millisecond, "and acked")
 }
 

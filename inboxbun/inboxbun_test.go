@@ -38,16 +38,13 @@ type world struct {
 func newWorld(t *testing.T, d sqltest.Database) *world {
 	t.Helper()
 	w := &world{d: d, db: d.Open(t)}
-	store, _ := d.Store(t, w.db)
-	w.wallet = d.Wallet(t, w.db)
-	var err error
-	w.ib, err = inbox.New(inbox.Config{Store: store, Consumer: "billing"})
-	require.NoError(t, err)
+	w.ib, w.wallet = d.Inbox(t, w.db), d.Wallet(t, w.db)
 	if d.Dialect == sqltest.MySQL {
 		w.bdb = bun.NewDB(w.db, mysqldialect.New())
 	} else {
 		w.bdb = bun.NewDB(w.db, pgdialect.New())
 	}
+	var err error
 	w.txm, err = inboxbun.New(inboxbun.Config{DB: w.bdb})
 	require.NoError(t, err)
 	return w

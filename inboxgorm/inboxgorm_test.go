@@ -33,11 +33,8 @@ type world struct {
 func newWorld(t *testing.T, d sqltest.Database) *world {
 	t.Helper()
 	w := &world{d: d, db: d.Open(t)}
-	store, _ := d.Store(t, w.db)
-	w.wallet = d.Wallet(t, w.db)
+	w.ib, w.wallet = d.Inbox(t, w.db), d.Wallet(t, w.db)
 	var err error
-	w.ib, err = inbox.New(inbox.Config{Store: store, Consumer: "billing"})
-	require.NoError(t, err)
 	w.gdb, err = gorm.Open(dialector(d, w.db), &gorm.Config{Logger: logger.Discard})
 	require.NoError(t, err)
 	return w

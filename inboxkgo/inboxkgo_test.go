@@ -10,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -17,6 +18,36 @@ import (
 	"github.com/watermill-inbox/inbox/inboxkgo"
 	"github.com/watermill-inbox/inbox/internal/brokertest"
 )
+
+// billing is a test's own inbox, with its store on a fresh table, and a ledger for its
+// handlers, on the test PostgreSQL.
+type billing struct {
+	ib     *inbox.Inbox
+	ledger brokertest.Ledger
+	pool   *pgxpool.Pool
+	table  string // the inbox's
+}
+
+func newBilling(t *testing.T) billing {
+	t.Helper()
+	b := billing{pool: brokertest.PgPool(t), table: brokertest.Name("inbox")}
+	store := brokertest.Store(t, b.pool, b.table, true)
+	b.ledger = brokertest.NewLedger(t, b.pool, brokertest.Name("ledger"), true)
+	var err error
+	b.ib, err = inbox.New(inbox.Config{Store: store})
+	require.NoError(t, err)
+	return b
+}
+
+// groupClient returns c's client in a new consumer group on topic, read from its start
+// with short fetch waits. The caller closes it.
+func groupClient(t *testing.T, c *inboxkgo.Consumer, brokers []string, topic string) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(append(c.Opts(), kgo.SeedBrokers(brokers...), kgo.ConsumerGroup(brokertest.Name("group")), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(50*time.Millisecond))...)
+	require.NoError(t, err)
+	return cl
+}
 
 func TestNewNamesTheField(t *testing.T) {
 	t.Parallel()
@@ -64,15 +95,11 @@ func TestKeysAndPositions(t *testing.T) {
 func TestRunRewindsAFailedBatch(t *testing.T) {
 	t.Parallel()
 	brokers := brokertest.KafkaBrokers(t)
-	pool := brokertest.PgPool(t)
 	for _, offsets := range []bool{false, true} {
 		t.Run(map[bool]string{false: "keys", true: "offsets"}[offsets], func(t *testing.T) {
 			t.Parallel()
-			table := brokertest.Name("inbox")
-			store := brokertest.Store(t, pool, table, true)
-			ledger := brokertest.NewLedger(t, pool, brokertest.Name("ledger"), true)
-			ib, err := inbox.New(inbox.Config{Store: store})
-			require.NoError(t, err)
+			b := newBilling(t)
+			ib, ledger := b.ib, b.ledger
 			topic := brokertest.Name("kgorewind")
 			brokertest.CreateTopic(t, brokers, topic, 1)
 			pub, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: brokers, Marshaler: kafka.DefaultMarshaler{}}, watermill.NopLogger{})
@@ -112,9 +139,7 @@ func TestRunRewindsAFailedBatch(t *testing.T) {
 			}
 			c, err := inboxkgo.New(cfg)
 			require.NoError(t, err)
-			cl, err := kgo.NewClient(append(c.Opts(), kgo.SeedBrokers(brokers...), kgo.ConsumerGroup(brokertest.Name("group")), kgo.ConsumeTopics(topic),
-				kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(50*time.Millisecond))...)
-			require.NoError(t, err)
+			cl := groupClient(t, c, brokers, topic)
 			t.Cleanup(cl.Close)
 
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

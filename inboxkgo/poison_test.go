@@ -88,15 +88,11 @@ func header(r *kgo.Record, name string) string {
 func TestRunSkipsPoisonRecords(t *testing.T) {
 	t.Parallel()
 	brokers := brokertest.KafkaBrokers(t)
-	pool := brokertest.PgPool(t)
 	for _, offsets := range []bool{false, true} {
 		t.Run(map[bool]string{false: "keys", true: "offsets"}[offsets], func(t *testing.T) {
 			t.Parallel()
-			table := brokertest.Name("inbox")
-			store := brokertest.Store(t, pool, table, true)
-			ledger := brokertest.NewLedger(t, pool, brokertest.Name("ledger"), true)
-			ib, err := inbox.New(inbox.Config{Store: store})
-			require.NoError(t, err)
+			b := newBilling(t)
+			ib, ledger := b.ib, b.ledger
 			topic := brokertest.Name("kgopoison")
 			brokertest.CreateTopic(t, brokers, topic, 2)
 			producer, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
@@ -148,9 +144,7 @@ func TestRunSkipsPoisonRecords(t *testing.T) {
 			}
 			c, err := inboxkgo.New(cfg)
 			require.NoError(t, err)
-			cl, err := kgo.NewClient(append(c.Opts(), kgo.SeedBrokers(brokers...), kgo.ConsumerGroup(brokertest.Name("group")), kgo.ConsumeTopics(topic),
-				kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(50*time.Millisecond))...)
-			require.NoError(t, err)
+			cl := groupClient(t, c, brokers, topic)
 			t.Cleanup(cl.Close)
 
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -179,7 +173,7 @@ func TestRunSkipsPoisonRecords(t *testing.T) {
 				}
 				require.EqualValues(t, n, next, "the offsets moved past every record, the skipped ones included")
 			} else {
-				keys := brokertest.Keys(t, pool, table, "billing")
+				keys := brokertest.Keys(t, b.pool, b.table, "billing")
 				require.Len(t, keys, n-n/10, "the good records' keys and the handler's poison ones (a redelivery is a duplicate); none for a record without a key")
 			}
 		})
@@ -193,11 +187,8 @@ func TestRunSkipsPoisonRecords(t *testing.T) {
 func TestRunStopsOnARewoundOffset(t *testing.T) {
 	t.Parallel()
 	brokers := brokertest.KafkaBrokers(t)
-	pool := brokertest.PgPool(t)
-	store := brokertest.Store(t, pool, brokertest.Name("inbox"), true)
-	ledger := brokertest.NewLedger(t, pool, brokertest.Name("ledger"), true)
-	ib, err := inbox.New(inbox.Config{Store: store})
-	require.NoError(t, err)
+	b := newBilling(t)
+	ib, ledger := b.ib, b.ledger
 	topic := brokertest.Name("kgorewound")
 	brokertest.CreateTopic(t, brokers, topic, 1)
 	produce := func(ids ...string) { // a client of its own each time: one would keep the deleted topic's ID
@@ -219,9 +210,7 @@ func TestRunStopsOnARewoundOffset(t *testing.T) {
 				return nil
 			}})
 		require.NoError(t, err)
-		cl, err := kgo.NewClient(append(c.Opts(), kgo.SeedBrokers(brokers...), kgo.ConsumerGroup(brokertest.Name("group")), kgo.ConsumeTopics(topic),
-			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(50*time.Millisecond))...)
-		require.NoError(t, err)
+		cl := groupClient(t, c, brokers, topic)
 		defer cl.Close()
 		return c.Run(ctx, cl)
 	}
@@ -241,7 +230,7 @@ func TestRunStopsOnARewoundOffset(t *testing.T) {
 	produce("b0", "b1", "b2")
 	runCtx, stop := context.WithTimeout(context.Background(), time.Minute)
 	defer stop()
-	err = consume(runCtx)
+	err := consume(runCtx)
 	require.ErrorIs(t, err, inbox.ErrOffsetRewound, "Run stops on the first record of the new log")
 	require.ErrorContains(t, err, "inbox offsets reset")
 	require.Zero(t, ledger.Applied(t, "b0"))

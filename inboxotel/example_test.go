@@ -86,7 +86,7 @@ func ExampleObserver_Observe() {
 	span.End()
 
 	for _, kv := range spans.Ended()[0].Attributes() {
-		fmt.Printf("span %s=%s\n", kv.Key, kv.Value.Emit())
+		fmt.Printf("span %s=%s\n", kv.Key, kv.Value.String())
 	}
 	fmt.Println("span status:", spans.Ended()[0].Status().Code)
 	var rm metricdata.ResourceMetrics
@@ -98,7 +98,7 @@ func ExampleObserver_Observe() {
 		case metricdata.Sum[int64]:
 			consumer, _ := data.DataPoints[0].Attributes.Value(inboxotel.AttrConsumer)
 			outcome, _ := data.DataPoints[0].Attributes.Value(inboxotel.AttrOutcome)
-			fmt.Printf("%s{consumer=%s,outcome=%s} %d\n", m.Name, consumer.Emit(), outcome.Emit(), data.DataPoints[0].Value)
+			fmt.Printf("%s{consumer=%s,outcome=%s} %d\n", m.Name, consumer.String(), outcome.String(), data.DataPoints[0].Value)
 		case metricdata.Histogram[float64]:
 			fmt.Printf("%s: %d sample of %gs\n", m.Name, data.DataPoints[0].Count, data.DataPoints[0].Sum)
 		}

@@ -97,12 +97,12 @@ func everything(s sdktrace.ReadOnlySpan) string {
 	var b strings.Builder
 	b.WriteString(s.Status().Description)
 	for _, kv := range s.Attributes() {
-		b.WriteString("|" + kv.Value.Emit())
+		b.WriteString("|" + kv.Value.String())
 	}
 	for _, e := range s.Events() {
 		b.WriteString("|" + e.Name)
 		for _, kv := range e.Attributes {
-			b.WriteString("|" + kv.Value.Emit())
+			b.WriteString("|" + kv.Value.String())
 		}
 	}
 	return b.String()

@@ -3,7 +3,6 @@ package inboxotel_test
 import (
 	"context"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -15,22 +14,6 @@ import (
 	"github.com/watermill-inbox/inbox/inboxotel"
 	"github.com/watermill-inbox/inbox/internal/sqltest"
 )
-
-// countingStore is a real store that counts its Stats calls: the table's samples.
-type countingStore struct {
-	inbox.Store
-	stats atomic.Int32
-}
-
-func (s *countingStore) Stats(ctx context.Context) ([]inbox.ConsumerStats, error) {
-	s.stats.Add(1)
-	return s.Store.Stats(ctx)
-}
-
-// UnfinishedAttempts passes the real store's ability on (an embedded inbox.Store hides it).
-func (s *countingStore) UnfinishedAttempts(ctx context.Context) (map[string]int64, error) {
-	return s.Store.(inbox.AttemptCounter).UnfinishedAttempts(ctx)
-}
 
 // collect reads the reader's gauges: metric name → consumer ("" for none) → value.
 func collect(t *testing.T, reader *sdkmetric.ManualReader) map[string]map[string]float64 {
@@ -71,7 +54,7 @@ func TestTableGauges(t *testing.T) {
 			t.Parallel()
 			db := d.Open(t)
 			real, table := d.Store(t, db)
-			store := &countingStore{Store: real}
+			store := &sqltest.CountingStore{Store: real}
 			ib, err := inbox.New(inbox.Config{Store: real, MaxAttempts: 3})
 			require.NoError(t, err)
 			func() { // an attempt of receipts' that never ends: its handler panicked
@@ -82,12 +65,7 @@ func TestTableGauges(t *testing.T) {
 				_, err := ib.Process(ctx, "billing", key, func(context.Context) error { return nil })
 				require.NoError(t, err)
 			}
-			back := `UPDATE ` + d.Quote(table) + ` SET processed_at = now() - interval '1 hour' WHERE key = 'order-a'`
-			if d.Dialect == sqltest.MySQL {
-				back = "UPDATE " + d.Quote(table) + " SET processed_at = UTC_TIMESTAMP(6) - INTERVAL 1 HOUR WHERE `key` = 'order-a'"
-			}
-			_, err = db.ExecContext(ctx, back)
-			require.NoError(t, err)
+			d.KeyAnHourOld(t, db, table, "billing", "order-a")
 
 			reader := sdkmetric.NewManualReader()
 			g, err := inboxotel.NewTableGauges(inboxotel.TableConfig{
@@ -99,7 +77,7 @@ func TestTableGauges(t *testing.T) {
 			require.NoError(t, g.Refresh(ctx))
 			// Refresh waited for the first collection's sample, or sampled again if that
 			// one had already ended: one sample or two so far, and none running.
-			sampled := store.stats.Load()
+			sampled := store.Samples.Load()
 			require.Contains(t, []int32{1, 2}, sampled)
 			for range 3 {
 				got := collect(t, reader)
@@ -109,7 +87,7 @@ func TestTableGauges(t *testing.T) {
 				require.Contains(t, got, inboxotel.TableSampleAgeMetric)
 				require.Contains(t, got, inboxotel.TableSampleDurationMetric)
 			}
-			require.Equal(t, sampled, store.stats.Load(), "one sample per interval, whatever the collections")
+			require.Equal(t, sampled, store.Samples.Load(), "one sample per interval, whatever the collections")
 
 			require.NoError(t, g.Close())
 			require.Empty(t, collect(t, reader)[inboxotel.TableKeysMetric], "closed: no longer observed")

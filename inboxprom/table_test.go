@@ -3,7 +3,6 @@ package inboxprom_test
 import (
 	"context"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -13,22 +12,6 @@ import (
 	"github.com/watermill-inbox/inbox/inboxprom"
 	"github.com/watermill-inbox/inbox/internal/sqltest"
 )
-
-// countingStore is a real store that counts its Stats calls: the table's samples.
-type countingStore struct {
-	inbox.Store
-	stats atomic.Int32
-}
-
-func (s *countingStore) Stats(ctx context.Context) ([]inbox.ConsumerStats, error) {
-	s.stats.Add(1)
-	return s.Store.Stats(ctx)
-}
-
-// UnfinishedAttempts passes the real store's ability on (an embedded inbox.Store hides it).
-func (s *countingStore) UnfinishedAttempts(ctx context.Context) (map[string]int64, error) {
-	return s.Store.(inbox.AttemptCounter).UnfinishedAttempts(ctx)
-}
 
 // gather returns the registry's metrics by name, each as its samples by consumer label
 // ("" for none).
@@ -63,26 +46,17 @@ func TestTableCollector(t *testing.T) {
 			t.Parallel()
 			db := d.Open(t)
 			real, table := d.Store(t, db)
-			store := &countingStore{Store: real}
+			store := &sqltest.CountingStore{Store: real}
 			ib, err := inbox.New(inbox.Config{Store: real, MaxAttempts: 3})
 			require.NoError(t, err)
-			func() { // an attempt of billing's that never ends: its handler panicked
-				defer func() { require.NotNil(t, recover()) }()
-				_, _ = ib.Process(ctx, "billing", "order-p", func(context.Context) error { panic("handler bug") })
-			}()
+			sqltest.AbandonAttempt(ctx, t, ib, "billing", "order-p") // an attempt that never ends
 			for consumer, keys := range map[string]int{"billing": 3, "receipts": 1} {
 				for i := range keys {
 					_, err := ib.Process(ctx, consumer, "order-"+string(rune('a'+i)), func(context.Context) error { return nil })
 					require.NoError(t, err)
 				}
 			}
-			// billing's oldest key was processed an hour ago.
-			back := `UPDATE ` + d.Quote(table) + ` SET processed_at = now() - interval '1 hour' WHERE consumer = 'billing' AND key = 'order-a'`
-			if d.Dialect == sqltest.MySQL {
-				back = "UPDATE " + d.Quote(table) + " SET processed_at = UTC_TIMESTAMP(6) - INTERVAL 1 HOUR WHERE `consumer` = 'billing' AND `key` = 'order-a'"
-			}
-			_, err = db.ExecContext(ctx, back)
-			require.NoError(t, err)
+			d.KeyAnHourOld(t, db, table, "billing", "order-a")
 
 			reg := prometheus.NewRegistry()
 			c, err := inboxprom.NewTableCollector(reg, inboxprom.TableConfig{Store: store, Labels: prometheus.Labels{"table": table}})
@@ -94,7 +68,7 @@ func TestTableCollector(t *testing.T) {
 			// Refresh waits for that sample, or samples again if it had already ended: one
 			// sample or two so far, and none running.
 			require.NoError(t, c.Refresh(ctx))
-			sampled := store.stats.Load()
+			sampled := store.Samples.Load()
 			require.Contains(t, []int32{1, 2}, sampled)
 			got := gather(t, reg)
 			require.Equal(t, map[string]float64{"billing": 3, "receipts": 1}, got[inboxprom.TableKeys])
@@ -111,7 +85,7 @@ func TestTableCollector(t *testing.T) {
 			for range 5 {
 				require.Equal(t, map[string]float64{"billing": 3, "receipts": 1}, gather(t, reg)[inboxprom.TableKeys])
 			}
-			require.Equal(t, sampled, store.stats.Load(), "one sample per interval, whatever the scrapes")
+			require.Equal(t, sampled, store.Samples.Load(), "one sample per interval, whatever the scrapes")
 			require.NoError(t, c.Refresh(ctx)) // a sample asked for: the new key shows
 			require.Equal(t, map[string]float64{"billing": 3, "receipts": 2}, gather(t, reg)[inboxprom.TableKeys])
 		})

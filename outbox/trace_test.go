@@ -127,7 +127,7 @@ func (c traced) span(t *testing.T, name string, traceID trace.TraceID) tracetest
 func attr(s tracetest.SpanStub, key attribute.Key) string {
 	for _, kv := range s.Attributes {
 		if kv.Key == key {
-			return kv.Value.Emit()
+			return kv.Value.String()
 		}
 	}
 	return ""

@@ -13,10 +13,11 @@ import (
 	"github.com/watermill-inbox/inbox"
 )
 
-// go-redis resends a command whose connection broke (MaxRetries), so the claim pipeline
-// or the commit script may run twice for one call: both must give the answer of the
-// first run.
-func TestScriptsAreIdempotentUnderRetries(t *testing.T) {
+// scriptsStore returns a store on the test Redis (INBOX_REDIS_ADDR) under a key prefix of
+// its own, deleted when the test ends, with its client and prefix. Outside CI a Redis
+// that cannot be reached skips the test.
+func scriptsStore(t *testing.T) (*Store, *redis.Client, string) {
+	t.Helper()
 	addr := os.Getenv("INBOX_REDIS_ADDR")
 	if addr == "" {
 		addr = "127.0.0.1:6379"
@@ -39,6 +40,15 @@ func TestScriptsAreIdempotentUnderRetries(t *testing.T) {
 	})
 	s, err := New(client, Config{Prefix: prefix})
 	require.NoError(t, err)
+	return s, client, prefix
+}
+
+// go-redis resends a command whose connection broke (MaxRetries), so the claim pipeline
+// or the commit script may run twice for one call: both must give the answer of the
+// first run.
+func TestScriptsAreIdempotentUnderRetries(t *testing.T) {
+	s, client, prefix := scriptsStore(t)
+	ctx := context.Background()
 	k := s.keys("billing", "order-1")
 	claim := func(owner string) verdict {
 		v, err := s.tryClaim(ctx, k, owner, "", false)
@@ -73,28 +83,8 @@ func TestScriptsAreIdempotentUnderRetries(t *testing.T) {
 
 // The batch scripts give the answer of their first run when go-redis resends them.
 func TestBatchScriptsAreIdempotentUnderRetries(t *testing.T) {
-	addr := os.Getenv("INBOX_REDIS_ADDR")
-	if addr == "" {
-		addr = "127.0.0.1:6379"
-	}
-	client := redis.NewClient(&redis.Options{Addr: addr})
-	t.Cleanup(func() { _ = client.Close() })
+	s, client, prefix := scriptsStore(t)
 	ctx := context.Background()
-	if err := client.Ping(ctx).Err(); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal(err)
-		}
-		t.Skip("Redis is not reachable (set INBOX_REDIS_ADDR):", err)
-	}
-	prefix := fmt.Sprintf("test:%08x:", rand.Uint32())
-	t.Cleanup(func() {
-		iter := client.Scan(ctx, 0, prefix+"*", 100).Iterator()
-		for iter.Next(ctx) {
-			client.Del(ctx, iter.Val())
-		}
-	})
-	s, err := New(client, Config{Prefix: prefix})
-	require.NoError(t, err)
 	recs := []inbox.Record{{Consumer: "billing", Key: "order-1"}, {Consumer: "billing", Key: "order-2", Fingerprint: []byte("fp")}}
 	var keys []string
 	for _, r := range recs {

@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -126,15 +127,28 @@ func TestLeaseExpiredMidHandlerRefusesTheCommit(t *testing.T) {
 	require.True(t, dup)
 }
 
-// roundTrips counts what a client sends to Redis: one per command, one per pipeline.
+// roundTrips counts what a client sends to Redis: one per command, one per pipeline. A
+// new connection's handshake (HELLO, then a pipeline of CLIENT SETINFO) is go-redis's,
+// not the store's, and is left out: go-redis v9.23 dials a second connection on a new
+// client's first claim, and its handshake passes through the client's hooks.
 type roundTrips struct{ n atomic.Int32 }
 
 func (h *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error { h.n.Add(1); return next(ctx, cmd) }
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() != "hello" {
+			h.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
 }
 func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error { h.n.Add(1); return next(ctx, cmds) }
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return c.Name() != "client" }) {
+			h.n.Add(1)
+		}
+		return next(ctx, cmds)
+	}
 }
 
 func TestRoundTrips(t *testing.T) {

@@ -1,11 +1,12 @@
 # scripts/lib.sh - what scripts/vitess.sh and scripts/tidb.sh share, sourced by both:
 # the one-line "NOT TESTED" exit, the build from the Go module proxy into a cache keyed by
 # version (once, under a lock, with a deadline), the login check, the pid of the server
-# the script started, the wait until it answers, and the stop.
+# the script started, the wait until it answers, the stop and the status.
 #
 # The caller sets ENGINE (the name in messages: vitess, tidb), CACHE, LOG (the build log),
-# TIMEOUT (the build's deadline, seconds), SELF (the script, run with __build to build)
-# and defines built (true when $CACHE holds a complete build).
+# TIMEOUT (the build's deadline, seconds), SELF (the script, run with __build to build),
+# PIDFILE (the server's pid), and defines built (true when $CACHE holds a complete build)
+# and our_pid (the server it started, if it still runs: running_pid below).
 
 # not_tested prints the engine's one line and exits 3: its tests skip this run.
 not_tested() {
@@ -105,4 +106,28 @@ stop_pid() {
 		fi
 		sleep 0.25
 	done
+}
+
+# stop_ours SIGNAL SECONDS: stop the server this script started (our_pid), if it runs:
+# stop_pid, then forget its pid file.
+stop_ours() {
+	local pid
+	if ! pid=$(our_pid); then
+		echo "$ENGINE: not running"
+		return 0
+	fi
+	stop_pid "$pid" "$1" "$2"
+	rm -f "$PIDFILE"
+	echo "$ENGINE: stopped"
+}
+
+# status_of PORT [WHAT]: say whether the server answers on 127.0.0.1:PORT (WHAT, e.g.
+# "vtgate", names what answers there); exit 1 when it does not.
+status_of() {
+	if answers "$1" >/dev/null; then
+		echo "$ENGINE: up (${2:+$2 }127.0.0.1:$1)"
+	else
+		echo "$ENGINE: down"
+		return 1
+	fi
 }

@@ -109,20 +109,9 @@ start() {
 	echo "tidb: up (127.0.0.1:$PORT, $(tidb_answers 'select version()'))"
 }
 
-stop() {
-	local pid
-	if ! pid=$(our_pid); then
-		echo "tidb: not running"
-		return 0
-	fi
-	stop_pid "$pid" TERM 30
-	rm -f "$PIDFILE"
-	echo "tidb: stopped"
-}
+stop() { stop_ours TERM 30; }
 
-status() {
-	if tidb_answers >/dev/null; then echo "tidb: up (127.0.0.1:$PORT)"; else echo "tidb: down"; return 1; fi
-}
+status() { status_of "$PORT"; }
 
 case "${1:-start}" in
 download) download ;;

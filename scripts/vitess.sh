@@ -204,22 +204,11 @@ JSON
 	echo "vitess: up (vtgate 127.0.0.1:$MYSQL_PORT, keyspace inbox, shards -80 80-)"
 }
 
-stop() {
-	local pid
-	if ! pid=$(our_pid); then
-		echo "vitess: not running"
-		return 0
-	fi
-	# SIGINT: vttestserver tears down vtcombo and mysqld (mysqladmin shutdown). SIGTERM
-	# would leave both running.
-	stop_pid "$pid" INT 60
-	rm -f "$PIDFILE"
-	echo "vitess: stopped"
-}
+# SIGINT: vttestserver tears down vtcombo and mysqld (mysqladmin shutdown). SIGTERM would
+# leave both running.
+stop() { stop_ours INT 60; }
 
-status() {
-	if vtgate_answers >/dev/null; then echo "vitess: up (vtgate 127.0.0.1:$MYSQL_PORT)"; else echo "vitess: down"; return 1; fi
-}
+status() { status_of "$MYSQL_PORT" vtgate; }
 
 case "${1:-start}" in
 download) built || (mkdir -p "$CACHE" && src) >>"$LOG" 2>&1 ;;

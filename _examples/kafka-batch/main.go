@@ -17,15 +17,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log"
-	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
-	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -37,6 +30,7 @@ import (
 
 	"github.com/watermill-inbox/inbox"
 	"github.com/watermill-inbox/inbox/inboxkgo"
+	"github.com/watermill-inbox/inbox/internal/exampleenv"
 )
 
 func main() {
@@ -49,16 +43,14 @@ const orders = 250
 
 func run() error {
 	ctx := context.Background()
-	brokers, stopBroker, err := kafkaBrokers()
+	kafkaDev, err := exampleenv.StartKafka()
 	if err != nil {
 		return err
 	}
-	defer stopBroker()
-	dsn := os.Getenv("INBOX_POSTGRES_DSN")
-	if dsn == "" {
-		dsn = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-	}
-	pool, err := pgxpool.New(ctx, dsn)
+	defer kafkaDev.Stop()
+	fmt.Println("1. kafka: " + kafkaDev.How)
+	brokers := kafkaDev.Brokers
+	pool, err := pgxpool.New(ctx, exampleenv.PostgresDSN())
 	if err != nil {
 		return err
 	}
@@ -173,26 +165,4 @@ func demo(ctx context.Context, pool *pgxpool.Pool, ib *inbox.Inbox, brokers []st
 	}
 	fmt.Printf("%d. %s: %d orders, each credited once: %d.%02d\n", step+2, mode, total, cents/100, cents%100)
 	return nil
-}
-
-// kafkaBrokers returns KAFKA_BROKERS, or starts the dev broker and returns its address
-// and a function that stops it.
-func kafkaBrokers() ([]string, func(), error) {
-	if env := os.Getenv("KAFKA_BROKERS"); env != "" {
-		fmt.Printf("1. kafka: using KAFKA_BROKERS=%s\n", env)
-		return strings.Split(env, ","), func() {}, nil
-	}
-	addr := "127.0.0.1:9092"
-	if conn, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
-		conn.Close()
-		fmt.Printf("1. kafka: a broker already listens on %s, using it\n", addr)
-		return []string{addr}, func() {}, nil
-	}
-	_, file, _, _ := runtime.Caller(0)
-	script := filepath.Join(filepath.Dir(file), "..", "..", "scripts", "kafka-dev.sh")
-	if out, err := exec.Command(script, "start").CombinedOutput(); err != nil {
-		return nil, nil, errors.Join(fmt.Errorf("starting the dev broker with %s: %w", script, err), errors.New(string(out)))
-	}
-	fmt.Printf("1. kafka: started the dev broker (cmd/kafka-dev) on %s\n", addr)
-	return []string{addr}, func() { _ = exec.Command(script, "stop").Run() }, nil
 }

@@ -12,11 +12,11 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log"
-	"os"
 	"sync/atomic"
 	"time"
 
@@ -25,10 +25,10 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 
 	"github.com/watermill-inbox/inbox"
+	"github.com/watermill-inbox/inbox/internal/exampleenv"
 	"github.com/watermill-inbox/inbox/natskey"
 )
 
@@ -40,22 +40,12 @@ func main() {
 
 func run() error {
 	ctx := context.Background()
-	url := envOr("INBOX_NATS_URL", "nats://127.0.0.1:4222")
-	pool, err := pgxpool.New(ctx, envOr("INBOX_POSTGRES_DSN", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"))
+	url := exampleenv.NATSURL()
+	ledger, err := exampleenv.OpenLedger(ctx)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	store, err := inbox.NewPostgresStore(pool, inbox.PostgresConfig{Table: "inbox_example"})
-	if err != nil {
-		return err
-	}
-	if err := store.CreateSchema(ctx); err != nil {
-		return err
-	}
-	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS example_ledger (message_uuid text NOT NULL, account text NOT NULL, amount int NOT NULL)`); err != nil {
-		return err
-	}
+	defer ledger.Close()
 	fmt.Println("1. postgres: tables inbox_example and example_ledger ready")
 
 	// The stream and its durable consumer, created here rather than by the subscriber:
@@ -113,12 +103,12 @@ func run() error {
 			fmt.Printf("4. nats: plain message %s published twice; JetStream dropped the second (duplicate: %v)\n", plainID, ack.Duplicate)
 		}
 	}
-	return consume(js, pool, store, url, stream, durable, msgUUID, plainID)
+	return consume(js, ledger, url, stream, durable, msgUUID, plainID)
 }
 
-func consume(js nats.JetStreamContext, pool *pgxpool.Pool, store *inbox.PostgresStore, url, stream, durable, msgUUID, plainID string) error {
+func consume(js nats.JetStreamContext, ledger *exampleenv.Ledger, url, stream, durable, msgUUID, plainID string) error {
 	ib, err := inbox.New(inbox.Config{
-		Store: store,
+		Store: ledger.Store,
 		// Watermill messages carry a UUID; plain NATS producers set Nats-Msg-Id.
 		Key: inbox.FirstOf(inbox.KeyFromUUID, natskey.MsgID),
 	})
@@ -165,10 +155,7 @@ func consume(js nats.JetStreamContext, pool *pgxpool.Pool, store *inbox.Postgres
 		return func(msg *message.Message) ([]*message.Message, error) {
 			out, err := h(msg)
 			n := msg.Metadata.Get(natskey.MetadataNumDelivered)
-			key := msg.UUID
-			if key == "" {
-				key = msg.Metadata.Get(natskey.MetadataMsgID)
-			}
+			key := cmp.Or(msg.UUID, msg.Metadata.Get(natskey.MetadataMsgID))
 			switch {
 			case err != nil:
 				fmt.Printf("   %s (delivery %s): failed: %v\n", key, n, err)
@@ -198,12 +185,8 @@ func consume(js nats.JetStreamContext, pool *pgxpool.Pool, store *inbox.Postgres
 		if !ok {
 			return errors.New("no inbox transaction in the context")
 		}
-		var account string
-		var amount int
-		if _, err := fmt.Sscan(string(msg.Payload), &account, &amount); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(msg.Context(), `INSERT INTO example_ledger VALUES ($1, $2, $3)`, firstOf(msg.UUID, msg.Metadata.Get(natskey.MetadataMsgID)), account, amount); err != nil {
+		account, amount, err := exampleenv.Credit(msg.Context(), tx, cmp.Or(msg.UUID, msg.Metadata.Get(natskey.MetadataMsgID)), msg.Payload)
+		if err != nil {
 			return err
 		}
 		fmt.Printf("   handler: credited %d to %s in the inbox transaction\n", amount, account)
@@ -211,46 +194,11 @@ func consume(js nats.JetStreamContext, pool *pgxpool.Pool, store *inbox.Postgres
 	})
 
 	fmt.Println("5. router: consuming")
-	runCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- router.Run(runCtx) }()
-	for (processed.Load() < 2 || duplicates.Load() < 2) && runCtx.Err() == nil {
-		time.Sleep(20 * time.Millisecond)
-	}
-	cancel()
-	if err := <-done; err != nil {
+	if err := exampleenv.RunUntil(context.Background(), router, "the duplicates did not arrive", func() bool {
+		return processed.Load() >= 2 && duplicates.Load() >= 2
+	}); err != nil {
 		return err
 	}
-	if duplicates.Load() < 2 {
-		return errors.New("the duplicates did not arrive within a minute")
-	}
 
-	for _, id := range []string{msgUUID, plainID} {
-		var rows, total int
-		if err := pool.QueryRow(context.Background(), `SELECT count(*), coalesce(sum(amount), 0) FROM example_ledger WHERE message_uuid = $1`, id).Scan(&rows, &total); err != nil {
-			return err
-		}
-		if rows != 1 {
-			return fmt.Errorf("ledger: %d rows for %s", rows, id)
-		}
-		fmt.Printf("6. ledger: %d row for %s, %d credited: applied once\n", rows, id, total)
-	}
-	return nil
-}
-
-func firstOf(values ...string) string {
-	for _, v := range values {
-		if v != "" {
-			return v
-		}
-	}
-	return ""
-}
-
-func envOr(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
+	return ledger.CheckAppliedOnce(context.Background(), 6, msgUUID, plainID)
 }

@@ -12,8 +12,8 @@
 //
 // It uses INBOX_POSTGRES_DSN (default postgres://postgres@127.0.0.1:5432/test),
 // INBOX_AMQP_URL (default amqp://guest:guest@127.0.0.1:5672/) and KAFKA_BROKERS; when
-// KAFKA_BROKERS is unset it starts the dev broker with scripts/kafka-dev.sh (run it from
-// the repository root) and uses 127.0.0.1:9092.
+// KAFKA_BROKERS is unset, the dev broker on 127.0.0.1:9092 (started with
+// scripts/kafka-dev.sh when nothing listens there, and stopped at the end).
 package main
 
 import (
@@ -22,9 +22,6 @@ import (
 	"errors"
 	"fmt"
 	"log"
-	"os"
-	"os/exec"
-	"strings"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -39,6 +36,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/watermill-inbox/inbox"
+	"github.com/watermill-inbox/inbox/internal/exampleenv"
 	"github.com/watermill-inbox/inbox/outbox"
 )
 
@@ -64,11 +62,13 @@ func main() {
 }
 
 func run(ctx context.Context) error {
-	brokers, err := kafkaBrokers()
+	kafkaDev, err := exampleenv.StartKafka()
 	if err != nil {
 		return err
 	}
-	pool, err := pgxpool.New(ctx, env("INBOX_POSTGRES_DSN", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"))
+	defer kafkaDev.Stop()
+	brokers := kafkaDev.Brokers
+	pool, err := pgxpool.New(ctx, exampleenv.PostgresDSN())
 	if err != nil {
 		return err
 	}
@@ -131,7 +131,7 @@ func run(ctx context.Context) error {
 	}
 
 	// Notifications: RabbitMQ → inbox → a receipt.
-	amqpURL := env("INBOX_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
+	amqpURL := exampleenv.AMQPURL()
 	if err := deleteQueue(amqpURL, cashbackQueue); err != nil { // left over from an earlier run
 		return err
 	}
@@ -291,19 +291,6 @@ func saramaConfig() *sarama.Config {
 	return sc
 }
 
-// kafkaBrokers returns KAFKA_BROKERS, or starts the dev broker and returns its address.
-func kafkaBrokers() ([]string, error) {
-	if b := os.Getenv("KAFKA_BROKERS"); b != "" {
-		return strings.Split(b, ","), nil
-	}
-	cmd := exec.Command("scripts/kafka-dev.sh")
-	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("KAFKA_BROKERS is unset and scripts/kafka-dev.sh failed (run from the repository root, or set KAFKA_BROKERS): %w", err)
-	}
-	return []string{"127.0.0.1:9092"}, nil
-}
-
 func deleteQueue(url, queue string) error {
 	conn, err := amqp091.Dial(url)
 	if err != nil {
@@ -317,13 +304,6 @@ func deleteQueue(url, queue string) error {
 	defer ch.Close()
 	_, err = ch.QueueDelete(queue, false, false, false)
 	return err
-}
-
-func env(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
 }
 
 func resetTables(ctx context.Context, pool *pgxpool.Pool) error {

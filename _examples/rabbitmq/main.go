@@ -11,11 +11,11 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log"
-	"os"
 	"sync/atomic"
 	"time"
 
@@ -23,11 +23,11 @@ import (
 	"github.com/ThreeDotsLabs/watermill-amqp/v2/pkg/amqp"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/watermill-inbox/inbox"
 	"github.com/watermill-inbox/inbox/amqpkey"
+	"github.com/watermill-inbox/inbox/internal/exampleenv"
 )
 
 func main() {
@@ -38,35 +38,17 @@ func main() {
 
 func run() error {
 	ctx := context.Background()
-	url := os.Getenv("INBOX_AMQP_URL")
-	if url == "" {
-		url = "amqp://guest:guest@127.0.0.1:5672/"
-	}
-	dsn := os.Getenv("INBOX_POSTGRES_DSN")
-	if dsn == "" {
-		dsn = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-	}
-
-	pool, err := pgxpool.New(ctx, dsn)
+	url := exampleenv.AMQPURL()
+	ledger, err := exampleenv.OpenLedger(ctx)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	store, err := inbox.NewPostgresStore(pool, inbox.PostgresConfig{Table: "inbox_example"})
-	if err != nil {
-		return err
-	}
-	if err := store.CreateSchema(ctx); err != nil {
-		return err
-	}
-	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS example_ledger (message_uuid text NOT NULL, account text NOT NULL, amount int NOT NULL)`); err != nil {
-		return err
-	}
+	defer ledger.Close()
 	fmt.Println("1. postgres: tables inbox_example and example_ledger ready")
 
 	var processed, duplicates atomic.Int32
 	ib, err := inbox.New(inbox.Config{
-		Store: store,
+		Store: ledger.Store,
 		// Watermill messages carry a UUID; other producers often set message_id.
 		Key: inbox.FirstOf(inbox.KeyFromUUID, inbox.KeyFromCloudEvents, amqpkey.MessageID),
 		Observer: inbox.ObserverFunc(func(_ context.Context, o inbox.Observation) {
@@ -128,45 +110,22 @@ func run() error {
 		if !ok {
 			return errors.New("no inbox transaction in the context")
 		}
-		var account string
-		var amount int
-		if _, err := fmt.Sscan(string(msg.Payload), &account, &amount); err != nil {
-			return err
-		}
-		ref := msg.UUID
-		if ref == "" {
-			ref = msg.Metadata.Get(amqpkey.MetadataMessageID)
-		}
-		if _, err := tx.Exec(msg.Context(), `INSERT INTO example_ledger VALUES ($1, $2, $3)`, ref, account, amount); err != nil {
+		ref := cmp.Or(msg.UUID, msg.Metadata.Get(amqpkey.MetadataMessageID))
+		account, amount, err := exampleenv.Credit(msg.Context(), tx, ref, msg.Payload)
+		if err != nil {
 			return err
 		}
 		fmt.Printf("3. handler: credited %d to %s in the inbox transaction (message %s)\n", amount, account, ref)
 		return nil
 	})
 
-	runCtx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- router.Run(runCtx) }()
-	for processed.Load()+duplicates.Load() < 4 && runCtx.Err() == nil {
-		time.Sleep(20 * time.Millisecond)
-	}
-	cancel()
-	if err := <-done; err != nil {
+	if err := exampleenv.RunUntil(ctx, router, "the second deliveries did not arrive", func() bool {
+		return processed.Load() >= 2 && duplicates.Load() >= 2
+	}); err != nil {
 		return err
 	}
-	if duplicates.Load() < 2 {
-		return errors.New("the second deliveries did not arrive within a minute")
-	}
 
-	for _, ref := range []string{msgUUID, invoiceID} {
-		var rows, total int
-		if err := pool.QueryRow(ctx, `SELECT count(*), coalesce(sum(amount), 0) FROM example_ledger WHERE message_uuid = $1`, ref).Scan(&rows, &total); err != nil {
-			return err
-		}
-		fmt.Printf("5. ledger: %d row for message %s, %d credited: applied once\n", rows, ref, total)
-	}
-	return nil
+	return ledger.CheckAppliedOnce(ctx, 5, msgUUID, invoiceID)
 }
 
 // publishPlain publishes p times times with amqp091 directly, as a non-Watermill

@@ -14,6 +14,7 @@ import (
 	_ "modernc.org/sqlite"             // "sqlite": pure Go, no cgo
 
 	"github.com/watermill-inbox/inbox"
+	"github.com/watermill-inbox/inbox/internal/exampleenv"
 	"github.com/watermill-inbox/inbox/sqlitestore"
 )
 
@@ -43,13 +44,13 @@ func openDatabase(ctx context.Context, which string) (*database, error) {
 		d.close = func() { _ = d.db.Close(); _ = os.RemoveAll(dir) }
 		d.store, err = sqlitestore.New(d.db, sqlitestore.Config{Table: "example_inbox"})
 	case "postgres":
-		if d.db, err = sql.Open("pgx", env("INBOX_POSTGRES_DSN", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")); err != nil {
+		if d.db, err = sql.Open("pgx", exampleenv.PostgresDSN()); err != nil {
 			return nil, err
 		}
 		d.postgres, d.close = true, func() { _ = d.db.Close() }
 		d.store, err = inbox.NewSQLPostgresStore(d.db, inbox.SQLPostgresConfig{Table: "example_inbox"})
 	case "mysql":
-		if d.db, err = sql.Open("mysql", env("INBOX_MARIADB_DSN", "root@tcp(127.0.0.1:3306)/test")); err != nil {
+		if d.db, err = sql.Open("mysql", exampleenv.MariaDBDSN()); err != nil {
 			return nil, err
 		}
 		d.close = func() { _ = d.db.Close() }
@@ -111,11 +112,4 @@ func (d *database) walletCents(ctx context.Context) (int64, error) {
 	var c int64
 	err := d.db.QueryRowContext(ctx, `SELECT cents FROM example_wallets WHERE id = 'alice'`).Scan(&c)
 	return c, err
-}
-
-func env(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
 }

@@ -14,11 +14,11 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log"
-	"os"
 	"sync/atomic"
 	"time"
 
@@ -26,10 +26,10 @@ import (
 	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/watermill-inbox/inbox"
+	"github.com/watermill-inbox/inbox/internal/exampleenv"
 	"github.com/watermill-inbox/inbox/rediskey"
 )
 
@@ -41,25 +41,15 @@ func main() {
 
 func run() error {
 	ctx := context.Background()
-	opts, err := redis.ParseURL(envOr("INBOX_REDIS_URL", "redis://127.0.0.1:6379/0"))
+	opts, err := redis.ParseURL(exampleenv.RedisURL())
 	if err != nil {
 		return err
 	}
-	pool, err := pgxpool.New(ctx, envOr("INBOX_POSTGRES_DSN", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"))
+	ledger, err := exampleenv.OpenLedger(ctx)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	store, err := inbox.NewPostgresStore(pool, inbox.PostgresConfig{Table: "inbox_example"})
-	if err != nil {
-		return err
-	}
-	if err := store.CreateSchema(ctx); err != nil {
-		return err
-	}
-	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS example_ledger (message_uuid text NOT NULL, account text NOT NULL, amount int NOT NULL)`); err != nil {
-		return err
-	}
+	defer ledger.Close()
 	fmt.Println("1. postgres: tables inbox_example and example_ledger ready")
 
 	rdb := redis.NewClient(opts)
@@ -90,7 +80,7 @@ func run() error {
 	fmt.Printf("2. redis: stream %s: Watermill message %s twice, plain entry %s twice\n", stream, msgUUID, eventID)
 
 	ib, err := inbox.New(inbox.Config{
-		Store: store,
+		Store: ledger.Store,
 		// Watermill messages carry a UUID; this producer puts an id in the event_id field.
 		Key: inbox.FirstOf(inbox.KeyFromUUID, inbox.KeyFromMetadata("event_id")),
 		// Both Redis consumers below are one inbox consumer (by default, the handler name).
@@ -116,7 +106,7 @@ func run() error {
 	report := func(h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) ([]*message.Message, error) {
 			out, err := h(msg)
-			key := firstOf(msg.UUID, msg.Metadata.Get("event_id"))
+			key := cmp.Or(msg.UUID, msg.Metadata.Get("event_id"))
 			consumer := message.HandlerNameFromCtx(msg.Context())
 			switch {
 			case stopping.Load():
@@ -137,12 +127,7 @@ func run() error {
 		if !ok {
 			return errors.New("no inbox transaction in the context")
 		}
-		var account string
-		var amount int
-		if _, err := fmt.Sscan(string(msg.Payload), &account, &amount); err != nil {
-			return err
-		}
-		_, err := tx.Exec(msg.Context(), `INSERT INTO example_ledger VALUES ($1, $2, $3)`, firstOf(msg.UUID, msg.Metadata.Get("event_id")), account, amount)
+		_, _, err := exampleenv.Credit(msg.Context(), tx, cmp.Or(msg.UUID, msg.Metadata.Get("event_id")), msg.Payload)
 		return err
 	}
 
@@ -189,46 +174,16 @@ func run() error {
 	}
 	r2.AddMiddleware(report, ib.Middleware)
 	r2.AddConsumerHandler("second", stream, second, handler)
-	done := make(chan error, 1)
-	go func() { done <- r2.Run(runCtx) }()
 	// Two new entries processed; three duplicates: the second copies, and the claimed entry.
-	for (processed.Load() < 2 || duplicates.Load() < 3) && runCtx.Err() == nil {
-		time.Sleep(20 * time.Millisecond)
-	}
-	stopping.Store(true)
-	cancel()
-	if err := <-done; err != nil {
+	if err := exampleenv.RunUntil(runCtx, r2, "the duplicates did not arrive", func() bool {
+		if processed.Load() < 2 || duplicates.Load() < 3 {
+			return false
+		}
+		stopping.Store(true) // what fails as the routers stop is not reported
+		return true
+	}); err != nil {
 		return err
 	}
-	if duplicates.Load() < 3 {
-		return errors.New("the duplicates did not arrive within a minute")
-	}
 
-	for _, id := range []string{msgUUID, eventID} {
-		var rows, total int
-		if err := pool.QueryRow(ctx, `SELECT count(*), coalesce(sum(amount), 0) FROM example_ledger WHERE message_uuid = $1`, id).Scan(&rows, &total); err != nil {
-			return err
-		}
-		if rows != 1 {
-			return fmt.Errorf("ledger: %d rows for %s", rows, id)
-		}
-		fmt.Printf("5. ledger: %d row for %s, %d credited: applied once\n", rows, id, total)
-	}
-	return nil
-}
-
-func firstOf(values ...string) string {
-	for _, v := range values {
-		if v != "" {
-			return v
-		}
-	}
-	return ""
-}
-
-func envOr(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
+	return ledger.CheckAppliedOnce(ctx, 5, msgUUID, eventID)
 }

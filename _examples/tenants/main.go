@@ -17,7 +17,6 @@ import (
 	"fmt"
 	"log"
 	"net/url"
-	"os"
 	"strings"
 	"time"
 
@@ -29,6 +28,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/watermill-inbox/inbox"
+	"github.com/watermill-inbox/inbox/internal/exampleenv"
 )
 
 func main() {
@@ -41,10 +41,7 @@ func main() {
 var tenantDatabases = map[string]string{"acme": "example_tenant_acme", "globex": "example_tenant_globex"}
 
 func run(ctx context.Context) error {
-	dsn := os.Getenv("INBOX_POSTGRES_DSN")
-	if dsn == "" {
-		dsn = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-	}
+	dsn := exampleenv.PostgresDSN()
 	shared, err := pgxpool.New(ctx, dsn)
 	if err != nil {
 		return err

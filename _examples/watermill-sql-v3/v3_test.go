@@ -38,10 +38,7 @@ func newWorld(t *testing.T, d sqltest.Database) *world {
 	t.Helper()
 	_, dsn := d.Isolated(t)
 	w := &world{d: d, db: d.OpenDSN(t, dsn), topic: sqltest.Name("outbox")}
-	store, _ := d.Store(t, w.db)
-	var err error
-	w.ib, err = inbox.New(inbox.Config{Store: store, Consumer: "billing"})
-	require.NoError(t, err)
+	w.ib = d.Inbox(t, w.db)
 
 	// The v3 subscriber creates the outbox table and feeds the v3 Forwarder.
 	sub, err := sqlv3.NewSubscriber(w.db, sqlv3.SubscriberConfig{

@@ -24,7 +24,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -35,6 +34,7 @@ import (
 
 	"github.com/watermill-inbox/inbox"
 	"github.com/watermill-inbox/inbox/inboxhttp"
+	"github.com/watermill-inbox/inbox/internal/exampleenv"
 )
 
 var secret = []byte("whsec-example-secret")
@@ -51,10 +51,7 @@ func main() {
 }
 
 func run(ctx context.Context) error {
-	dsn := os.Getenv("INBOX_POSTGRES_DSN")
-	if dsn == "" {
-		dsn = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-	}
+	dsn := exampleenv.PostgresDSN()
 	pool, err := pgxpool.New(ctx, dsn)
 	if err != nil {
 		return err

@@ -103,14 +103,6 @@ func (c pgCluster) stop() {
 	_ = exec.Command("runuser", "-u", "postgres", "--", filepath.Join(pgBin, "pg_ctl"), "-D", c.dir, "-m", "immediate", "stop").Run()
 }
 
-// count returns a query's single number on cluster c.
-func (c pgCluster) count(t *testing.T, query string) int {
-	t.Helper()
-	n, err := c.tryCount(query)
-	require.NoError(t, err)
-	return n
-}
-
 func (c pgCluster) tryCount(query string) (int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

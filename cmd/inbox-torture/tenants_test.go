@@ -1,10 +1,7 @@
 package main
 
 import (
-	"bytes"
-	"os"
-	"os/exec"
-	"strings"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -29,18 +26,8 @@ func TestTenantScenario(t *testing.T) {
 		t.Run(tc.db+"/"+tc.transport, func(t *testing.T) {
 			t.Parallel()
 			need(t, tc.db, tc.transport)
-			args := append([]string{"-db", tc.db, "-transport", tc.transport, "-quiet"}, faults...)
-			args = append(args, tc.args...)
-			cmd := exec.Command(os.Args[0], args...)
-			cmd.Env = append(os.Environ(), mainEnv+"=1")
-			var out bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &out, &out
-			err := cmd.Run()
-			t.Logf("inbox-torture %s\n%s", strings.Join(args, " "), out.String())
-			require.NoError(t, err, "the harness found a discrepancy or could not run")
-			report := out.String()
+			report := harness(t, tc.db, tc.transport, slices.Concat(faults, tc.args)...)
 			require.Contains(t, report, "tenants                 3 databases, each ledger checked on its own")
-			require.Contains(t, report, "OK: every message applied exactly once")
 			require.Contains(t, report, "ledger                  60 entries, 60 inbox keys, for 60 messages")
 			require.Positive(t, figure(t, report, `duplicates skipped\s+(\d+)`), "duplicates")
 			require.Positive(t, figure(t, report, `kills\s+(\d+) by the parent`)+figure(t, report, `by the parent, (\d+) after a commit`), "kills")

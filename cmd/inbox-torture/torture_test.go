@@ -170,17 +170,7 @@ func TestSeedScenario(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			need(t, tc.db, tc.transport)
-			args := append([]string{"-db", tc.db, "-transport", tc.transport, "-quiet"}, faults...)
-			args = append(args, tc.args...)
-			cmd := exec.Command(os.Args[0], args...)
-			cmd.Env = append(os.Environ(), mainEnv+"=1")
-			var out bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &out, &out
-			err := cmd.Run()
-			t.Logf("inbox-torture %s\n%s", strings.Join(args, " "), out.String())
-			require.NoError(t, err, "the harness found a discrepancy or could not run")
-			report := out.String()
-			require.Contains(t, report, "OK: every message applied exactly once")
+			report := harness(t, tc.db, tc.transport, slices.Concat(faults, tc.args)...)
 			require.Contains(t, report, ledger)
 			// The faults happened: duplicates raced, handlers failed, workers died,
 			// connections were terminated.
@@ -198,6 +188,23 @@ func TestSeedScenario(t *testing.T) {
 			}
 		})
 	}
+}
+
+// harness runs the harness on db and transport with args (this test binary, as its own
+// main), logs its report and returns it, checked to say every message was applied once.
+func harness(t *testing.T, db, transport string, args ...string) string {
+	t.Helper()
+	args = append([]string{"-db", db, "-transport", transport, "-quiet"}, args...)
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), mainEnv+"=1")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	t.Logf("inbox-torture %s\n%s", strings.Join(args, " "), out.String())
+	require.NoError(t, err, "the harness found a discrepancy or could not run")
+	report := out.String()
+	require.Contains(t, report, "OK: every message applied exactly once")
+	return report
 }
 
 // figure returns the number the pattern's group matches in the report.

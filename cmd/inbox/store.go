@@ -25,15 +25,11 @@ func isMySQLDSN(dsn string) bool {
 	return err == nil && (cfg.Net == "tcp" || cfg.Net == "unix") && strings.Contains(dsn, cfg.Net)
 }
 
-// openStore opens the database a DSN names and returns its inbox store, checked to have
-// its tables, and a function that closes the connections.
-func openStore(ctx context.Context, dsn, table string) (inbox.Store, func(), error) {
-	return openStoreIn(ctx, dsn, table, "")
-}
-
-// openStoreIn is openStore with the tables in a PostgreSQL schema, or, for Redis, under
-// a key prefix (schema; "" for the default). A missing table's error names --table and
-// the tables that look like inbox tables (tableHint).
+// openStoreIn opens the database a DSN names and returns its inbox store, checked to have
+// its tables, and a function that closes the connections. The tables may be in a
+// PostgreSQL schema, or, for Redis, under a key prefix (schema; "" for the default). A
+// missing table's error names --table and the tables that look like inbox tables
+// (tableHint).
 func openStoreIn(ctx context.Context, dsn, table, schema string) (inbox.Store, func(), error) {
 	store, closeDB, err := connectStore(ctx, dsn, table, schema)
 	if err != nil {

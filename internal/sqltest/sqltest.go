@@ -145,6 +145,18 @@ func (d Database) Store(t testing.TB, db *sql.DB) (inbox.Store, string) {
 	return store, table
 }
 
+// Inbox returns an inbox of the consumer "billing" on a fresh store of d's dialect (see
+// Store): what a test of a binding to the inbox's transaction starts from.
+func (d Database) Inbox(t testing.TB, db *sql.DB) *inbox.Inbox {
+	t.Helper()
+	store, _ := d.Store(t, db)
+	ib, err := inbox.New(inbox.Config{Store: store, Consumer: "billing"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ib
+}
+
 // DropAtCleanup drops tables when the test ends.
 func (d Database) DropAtCleanup(t testing.TB, db *sql.DB, tables ...string) {
 	t.Cleanup(func() {
