@@ -79,6 +79,19 @@ _inbox_services() (
 		psql -h 127.0.0.1 -U postgres -d postgres -qc 'CREATE DATABASE test' </dev/null >>"$log" 2>&1 ||
 			die "postgres: CREATE DATABASE test failed"
 	fi
+	# The test command runs 8 tests at once (-parallel 8), each with pools of its own
+	# (tenants open one per database): it peaked at PostgreSQL's default of 100 clients
+	# ("too many clients already"). The setting takes a restart.
+	local maxconn
+	maxconn=$(psql -h 127.0.0.1 -U postgres -d postgres -Atqc 'show max_connections' </dev/null)
+	if ((maxconn < 400)); then
+		echo "postgres: max_connections $maxconn -> 400 (a restart)"
+		psql -h 127.0.0.1 -U postgres -d postgres -qc 'ALTER SYSTEM SET max_connections = 400' </dev/null >>"$log" 2>&1 ||
+			die "postgres: ALTER SYSTEM SET max_connections failed"
+		run pg_ctlcluster --skip-systemctl-redirect "$pgver" main restart ||
+			echo "pg_ctlcluster restart returned non-zero" >>"$log"
+		wait_for postgres "login as postgres over TCP after the restart" pg_login
+	fi
 	echo "postgres: up (127.0.0.1:5432)"
 
 	# --- MariaDB -------------------------------------------------------------
@@ -103,6 +116,9 @@ _inbox_services() (
 	fi
 	mariadb --protocol=tcp -h127.0.0.1 -P3306 -uroot -e 'CREATE DATABASE IF NOT EXISTS test' </dev/null >>"$log" 2>&1 ||
 		die "mariadb: CREATE DATABASE test failed"
+	# As PostgreSQL's: room for the test command's 8 tests at once (no restart needed).
+	mariadb --protocol=tcp -h127.0.0.1 -P3306 -uroot -e 'SET GLOBAL max_connections = GREATEST(@@max_connections, 500)' </dev/null >>"$log" 2>&1 ||
+		die "mariadb: SET GLOBAL max_connections failed"
 	echo "mariadb: up (127.0.0.1:3306)"
 
 	# --- RabbitMQ ------------------------------------------------------------

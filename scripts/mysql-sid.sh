@@ -181,7 +181,7 @@ setup() {
 		# chroot execs mysqld, so $! is mysqld's pid. 9>&- : do not inherit the lock.
 		setsid chroot "$ROOT" /usr/sbin/mysqld --no-defaults --user=root --datadir="$DATADIR" \
 			--port="$PORT" --bind-address=127.0.0.1 --socket=/run/mysqld-sid.sock \
-			--pid-file=/run/mysqld-sid.pid --mysqlx=OFF --secure-file-priv= \
+			--pid-file=/run/mysqld-sid.pid --mysqlx=OFF --secure-file-priv= --max-connections=500 \
 			--log-error=/var/log/mysqld-sid.err </dev/null >/dev/null 2>&1 9>&- &
 		pid=$!
 		echo "$pid" >"$PIDFILE"
