@@ -185,6 +185,10 @@ func closeTurnConn(ctx context.Context, conn *sql.Conn, name string) {
 	_ = conn.Close()
 }
 
+// purgeTurnLockRetries bounds how long TakePurgeTurn asks TiDB again for the turn's
+// lock when TiDB runs out of retries taking it (see getLock).
+const purgeTurnLockRetries = 10 * time.Second
+
 // TakePurgeTurn implements contract.PurgeTurns: see the notes above mysqlTurn. The turn
 // takes one connection of the *sql.DB, and closes it when the turn ends; over a
 // *sql.Conn it fails with errors.ErrUnsupported, as it cannot open a connection of its
@@ -204,7 +208,7 @@ func (s *Store) TakePurgeTurn(ctx context.Context, idle time.Duration) (contract
 	name := purgeTurnName(database.String, s.cfg.Table)
 	if err == nil {
 		// Vitess serves lock functions in a SELECT of their own only.
-		err = conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, 0)", name).Scan(&got)
+		err = s.getLock(ctx, conn, name, 0, purgeTurnLockRetries, &got)
 	}
 	switch {
 	case err != nil:

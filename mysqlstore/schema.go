@@ -11,8 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
-
 	"github.com/watermill-inbox/inbox/internal/contract"
 	"github.com/watermill-inbox/inbox/internal/sqlstore"
 	"github.com/watermill-inbox/inbox/schema"
@@ -164,27 +162,6 @@ func Schema(table string) (string, error) {
 // schemaLockWait bounds the wait for another creator's lock, in seconds.
 const schemaLockWait = 120
 
-// getSchemaLock runs GET_LOCK(name, schemaLockWait) into got. TiDB keeps its named
-// locks in a table of its own, taken by a pessimistic statement: with several creators
-// waiting at once it can run out of retries (1105 "pessimistic lock retry limit
-// reached", 1 call in 80 with 8 creators here) having taken nothing. That is asked again,
-// within the same wait.
-func (s *Store) getSchemaLock(ctx context.Context, conn sqlstore.DB, name string, got *sql.NullInt64) error {
-	deadline := time.Now().Add(schemaLockWait * time.Second)
-	for {
-		err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, ?)", name, schemaLockWait).Scan(got)
-		var myErr *mysql.MySQLError
-		if err == nil || !errors.As(err, &myErr) || !s.tidbLockRetries(myErr) || time.Now().After(deadline) {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
-
 // schemaLockName returns the lock name of CreateSchema on db's table.
 func schemaLockName(db, table string) string {
 	name := "inbox.schema." + db + "." + table
@@ -328,7 +305,7 @@ func (s *Store) lockSchema(ctx context.Context) (conn sqlstore.DB, release func(
 	}
 	name := schemaLockName(database.String, locked)
 	if err == nil { // Vitess serves lock functions in a SELECT of their own only
-		err = s.getSchemaLock(ctx, conn, name, &got)
+		err = s.getLock(ctx, conn, name, schemaLockWait, schemaLockWait*time.Second, &got)
 	}
 	switch {
 	case err != nil:
