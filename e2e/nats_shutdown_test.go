@@ -79,8 +79,9 @@ func TestNATSShutdownMidHandler(t *testing.T) {
 				})
 			})
 			if manualAck {
-				require.Eventually(t, func() bool { return s.ledger.Applied(t, msg.UUID) == 1 }, wait, 10*time.Millisecond)
-				require.Equal(t, 1, outcomes.Count(inbox.OutcomeProcessed))
+				// The outcome is observed after the commit that the ledger shows: wait for it.
+				require.Eventually(t, func() bool { return outcomes.Count(inbox.OutcomeProcessed) == 1 }, wait, 10*time.Millisecond)
+				require.Equal(t, 1, s.ledger.Applied(t, msg.UUID))
 				return
 			}
 			time.Sleep(3 * time.Second) // three AckWaits: nothing comes
