@@ -125,7 +125,11 @@ func TestInFlightWaitRunsOut(t *testing.T) {
 			}
 			firstDone <- got
 		}()
-		<-p.entered
+		select {
+		case <-p.entered:
+		case got := <-firstDone: // it never reached the handler: say why, rather than wait for good
+			require.FailNow(t, "the first request ended before its handler ran", "%d %s", got.status, got.body)
+		}
 		got, err := post(t, client, url, "slow", `{"amount":4}`)
 		require.NoError(t, err)
 		requireProblem(t, got, http.StatusConflict)
