@@ -68,16 +68,7 @@ func TestAttemptAges(t *testing.T) {
 			require.False(t, dead[0].StartedAt.IsZero())
 			require.Equal(t, []inbox.AttemptAge{{Consumer: "billing", Unfinished: 1, Oldest: dead[0].StartedAt}}, ages())
 
-			running, release, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
-			go func() {
-				_, err := ib.Process(ctx, "billing", "order-2", func(context.Context) error {
-					close(running)
-					<-release
-					return nil
-				})
-				done <- err
-			}()
-			<-running
+			finish := holdAttempt(ctx, t, ib, "billing", "order-2")
 			both := list("billing", 10)
 			require.Len(t, both, 2, "and one in flight")
 			require.Equal(t, dead[0], both[0], "the oldest first")
@@ -86,8 +77,7 @@ func TestAttemptAges(t *testing.T) {
 			require.Equal(t, both[:1], list("billing", 1), "at most limit")
 			require.Empty(t, list("receipts", 10), "another consumer's")
 			require.Equal(t, []inbox.AttemptAge{{Consumer: "billing", Unfinished: 2, Oldest: dead[0].StartedAt}}, ages())
-			close(release)
-			require.NoError(t, <-done)
+			finish()
 			require.Equal(t, dead, list("billing", 10), "the committed one ended")
 
 			if f.tenant != "" {

@@ -50,20 +50,32 @@ func TestUnfinishedAttempts(t *testing.T) {
 			sqltest.AbandonAttempt(ctx, t, ib, "billing", "order-1")
 			require.Equal(t, map[string]int64{"billing": 1}, unfinished(), "the panicked attempt never ended")
 
-			running, release, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
-			go func() {
-				_, err := ib.Process(ctx, "billing", "order-2", func(context.Context) error {
-					close(running)
-					<-release
-					return nil
-				})
-				done <- err
-			}()
-			<-running
+			finish := holdAttempt(ctx, t, ib, "billing", "order-2")
 			require.Equal(t, map[string]int64{"billing": 2}, unfinished(), "and one in flight")
-			close(release)
-			require.NoError(t, <-done)
+			finish()
 			require.Equal(t, map[string]int64{"billing": 1}, unfinished(), "the committed one ended")
 		})
+	}
+}
+
+// holdAttempt processes key for consumer with a handler that blocks, and returns once the
+// handler runs (its attempt started and has not ended); finish lets the handler return
+// and requires that the message was processed.
+func holdAttempt(ctx context.Context, t *testing.T, ib *inbox.Inbox, consumer, key string) (finish func()) {
+	t.Helper()
+	running, release, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() {
+		_, err := ib.Process(ctx, consumer, key, func(context.Context) error {
+			close(running)
+			<-release
+			return nil
+		})
+		done <- err
+	}()
+	<-running
+	return func() {
+		t.Helper()
+		close(release)
+		require.NoError(t, <-done)
 	}
 }
