@@ -12,9 +12,7 @@ import (
 )
 
 func TestOffsets(t *testing.T) {
-	// Not parallel with this package's other tests: its hint check wants its table among
-	// the first 10 <table>_offsets of the shared database, and the others' tables, made at
-	// once under -parallel 8, outnumbered it (16 cli_ tables in one CI run).
+	t.Parallel()
 	for _, d := range databases() {
 		t.Run(d.name, func(t *testing.T) {
 			t.Parallel()
