@@ -75,7 +75,9 @@ func openTenantTables(t *testing.T) tenantTables {
 	myStore, err := inbox.NewMySQLStore(my, inbox.MySQLConfig{Table: tt.table})
 	require.NoError(t, err)
 	require.NoError(t, myStore.CreateSchema(ctx))
-	t.Cleanup(func() { _, _ = my.Exec(fmt.Sprintf("DROP TABLE IF EXISTS `%s`, `%s_attempts`", tt.table, tt.table)) })
+	t.Cleanup(func() {
+		_, _ = my.Exec(fmt.Sprintf("DROP TABLE IF EXISTS `%s`, `%s_attempts`, `%s_offsets`, `%s_schema`", tt.table, tt.table, tt.table, tt.table))
+	})
 	tt.insert["initech"] = func(t *testing.T, consumer string, n int, age time.Duration) {
 		at := time.Now().UTC().Add(-age).Format("2006-01-02 15:04:05.000000")
 		for i := 1; i <= n; i++ {
